@@ -1,0 +1,41 @@
+# narrowband: `make test` and `make bench` work on a fresh clone (they create .venv).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: help install test test-fast bench report clean-net clean check-net
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# torch first, pinned to a CPU wheel; a torch already in the venv (e.g. a CUDA build) is kept.
+$(STAMP): pyproject.toml | $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install narrowband with its dev extras
+
+test: $(STAMP)  ## run the test suite (emulated tests skip with a reason when not root)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)  ## run the reference reproductions and write results/summary.md, tables, plots
+	$(PY) -m harness.bench
+
+report: $(STAMP)  ## rebuild tables and plots from results/runs
+	$(PY) -m harness.report
+
+check-net: $(STAMP)  ## show what this kernel can emulate
+	$(PY) -m netem check
+
+clean-net: $(STAMP)  ## remove network namespaces left by killed runs (only ours, only dead owners)
+	$(PY) -m netem clean
+
+clean:  ## remove the venv and caches (keeps results/)
+	rm -rf $(VENV) .pytest_cache .benchmarks

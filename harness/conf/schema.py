@@ -1,0 +1,154 @@
+"""Dataclass schemas of the Hydra config, registered in the ConfigStore.
+
+A typo in a key fails when the config is composed (struct mode); values are validated
+by `harness.validate` before any process or namespace is created.
+
+Ownership of sections (one concept each): net = emulated links, model = base model and
+LoRA, task = what is learned, compressor = how a gradient/delta is squeezed,
+method = how state is synchronised, onpolicy / federated = the loops' knobs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class NetConfig:
+    """Links of the star topology. Rates like '10mbit', delays like '20ms', loss like '0.1%'."""
+    backend: str = "auto"            # auto | netem | tc | userspace | model
+    rate: Optional[str] = "100mbit"  # every non-hub node, both directions (None: unshaped)
+    delay: str = "0ms"               # one-way, per direction
+    jitter: str = "0ms"
+    loss: str = "0%"
+    queue: Optional[str] = None      # qdisc queue in bytes ('64kb'); None: sized from rate
+    up: Optional[str] = None         # uplink (node -> hub) rate override for every node
+    down: Optional[str] = None       # downlink (hub -> node) rate override for every node
+    hub: Optional[str] = None        # the hub's own link, both directions; None: unshaped
+    nodes: List[Dict[str, Any]] = field(default_factory=list)  # per-node overrides: [{rate, up, down, delay, jitter, loss}]
+    hang_timeout_s: float = 180.0    # no progress for this long -> run failed
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"               # tiny | small | hf
+    path: Optional[str] = None       # local Hugging Face directory when name=hf
+    vocab_size: int = 0              # 0: from the task's tokenizer
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    max_positions: int = 64
+    rank: int = 64                   # LoRA training rank (capacity)
+    alpha: Optional[float] = None    # LoRA alpha; None: alpha = rank (scale 1)
+    targets: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                         "gate_proj", "up_proj", "down_proj"])
+    dtype: str = "float32"
+    device: str = "cpu"              # cpu | cuda | auto (cuda:i per role where GPUs exist)
+
+
+@dataclass
+class TaskConfig:
+    name: str = "distill"            # distill | reward | federated
+    digits: int = 2                  # operand digits of the synthetic arithmetic language
+    ops: List[str] = field(default_factory=lambda: ["+", "-"])
+    prompt_batch: int = 16           # prompts per update (sharded over workers)
+    samples_per_prompt: int = 4      # completions per prompt (GRPO group size for reward)
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    eval_prompts: int = 128
+    teacher_steps: int = 1500        # pretraining steps of the teacher (cached)
+    student_steps: int = 300         # pretraining steps of the student base (cached)
+    # federated data
+    alpha: float = 0.5               # Dirichlet concentration over sub-distributions (lower = more non-IID)
+    client_sizes: List[int] = field(default_factory=list)  # examples per client; [] = equal split
+    examples: int = 2048             # total federated training examples
+    batch_size: int = 16
+
+
+@dataclass
+class CompressorConfig:
+    name: str = "spar"               # spar | powersgd | topk | randk | quant | identity
+    budget: Optional[float] = 0.016  # fraction of the bf16 bytes of what is encoded; lower => more aggressive
+    budget_bytes: Optional[int] = None  # absolute budget; wins over budget when set
+    dtype: str = "bf16"              # factor / value dtype on the wire: bf16 | fp16 | int8 | fp32
+    error_feedback: bool = True
+    seed: int = 0
+    options: Dict[str, Any] = field(default_factory=dict)  # compressor-specific extras
+
+
+@dataclass
+class MethodConfig:
+    name: str = MISSING              # full_sync | lowrank | delta | hilo | spra | ffa | fedit | flora | hetlora | flexlora
+    kind: str = MISSING              # onpolicy | federated
+    # --- on-policy (owned by harness/onpolicy) ---
+    sync_dtype: str = "bf16"         # full_sync / lowrank wire dtype: bf16 | fp32
+    rank: Optional[int] = None       # lowrank: training rank override (None: model.rank)
+    verify_every: int = 1            # checksum compare every N updates (0: never)
+    # --- federated (owned by harness/federated) ---
+    lr_rule: str = "linear"          # spra: eta_k = eta_ref * f(r_k / r_ref): linear | sqrt | const
+    resample_every: int = 5          # spra: T rounds between A resamples (0: never)
+    freeze_a: bool = True
+
+
+@dataclass
+class OnPolicyConfig:
+    workers: int = 2
+    steps: int = 20                  # updates
+    lr: float = 1e-3
+    optimizer: str = "adamw"         # adamw | adam | sgd
+    weight_decay: float = 0.0
+    eval_every: int = 5
+    sync_seed: int = 0
+    policy_kl: bool = True           # record KL(worker policy || learner policy) on the rollouts
+    # --- fault injection (tests): flip one bit of a worker's state after it applies an update ---
+    fault_flip_step: int = -1        # update at which to flip (-1: never)
+    fault_flip_rank: int = 1         # the worker's rank (1..workers)
+    fault_flip_target: str = "param"  # param (first adapter tensor) | exp_avg (its Adam first moment)
+
+
+@dataclass
+class FederatedConfig:
+    clients: int = 3
+    ranks: List[int] = field(default_factory=lambda: [16, 8, 4])  # per client (cycled)
+    rounds: int = 10
+    local_steps: int = 5             # E
+    fraction: float = 1.0            # clients sampled per round
+    lr: float = 1e-3                 # eta_ref at r_ref
+    r_ref: Optional[int] = None      # None: max of ranks
+    eval_every: int = 2
+    drop_policy: str = "fail"        # fail | continue (a dead client is dropped from the round)
+
+
+@dataclass
+class Config:
+    scenario: str = "adhoc"
+    variant: str = "default"
+    seed: int = 0
+    out_dir: str = "results/runs"
+    run_id: Optional[str] = None     # None: derived from scenario, variant and a content hash
+    resume: bool = True              # skip a run whose results are complete
+    progress: bool = True
+    variants: Dict[str, List[str]] = field(default_factory=dict)  # name -> overrides; run one after another
+    only: List[str] = field(default_factory=list)                 # run only these variants
+    net: NetConfig = field(default_factory=NetConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    compressor: CompressorConfig = field(default_factory=CompressorConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    onpolicy: OnPolicyConfig = field(default_factory=OnPolicyConfig)
+    federated: FederatedConfig = field(default_factory=FederatedConfig)
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="narrowband_schema", node=Config)
+    cs.store(group="net", name="net_schema", node=NetConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="task", name="task_schema", node=TaskConfig)
+    cs.store(group="compressor", name="compressor_schema", node=CompressorConfig)
+    cs.store(group="method", name="method_schema", node=MethodConfig)

@@ -1,0 +1,144 @@
+"""Aggregators of federated LoRA: small pure functions over lists of (tensors, weight).
+
+Flower style: each function takes what the clients that finished the round sent, as a list
+of ``(tensor(s), weight)`` pairs (weight = the client's number of training examples), and
+returns the server's new state. A dropped client is simply absent from the list; an empty
+list leaves the server state as it was. Nothing here touches a model, a process or a link.
+
+Shapes (one adapted linear layer, LoRA ``delta W = s B A``): ``B`` is d_out x r, ``A`` is
+r x d_in. Clients may hold different ranks r_k <= r_max; a rank-r_k client holds the first
+r_k columns of B and rows of A (HetLoRA/SPRA truncation convention). "Component j" is the
+rank-1 term ``B[:, j] A[j, :]``.
+
+Which aggregator each method uses:
+- spra, ffa: :func:`column_average` of B (A is shared and frozen, so never averaged).
+  Exact: with a shared A, averaging column j of B over the clients that hold it is the
+  same as averaging their rank-1 products ``B_k[:, j] A[j]``; with equal ranks this is
+  ``(sum_k p_k B_k) A == sum_k p_k (B_k A)``.
+- fedit: :func:`column_average` of B and :func:`row_average` of A, separately (FedIT's
+  FedAvg; inexact: ``avg(B) avg(A) != avg(B A)``).
+- hetlora: :func:`zero_pad_average` of B and of A (pads count as zeros, weights normalised
+  over all clients of the round), clients truncate to their rank.
+- flora: :func:`stack` (exact: the stacked factors multiply to ``sum_k p_k B_k A_k``).
+- flexlora: :func:`product_average` then :func:`svd_split` per client rank.
+
+Column normalisation (spra, ffa, fedit): column j is averaged over the clients that hold
+it, with their weights renormalised over those clients (``w_k / sum_{l: r_l > j} w_l``),
+so a column held by one high-rank client is that client's column, not a diluted one.
+Columns that no client of the round holds keep the server's previous value (``base``).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+WeightedTensors = Sequence[tuple[Tensor, float]]
+
+
+def normalised(weights: Sequence[float]) -> list[float]:
+    """Weights divided by their sum; raises ValueError on a negative or all-zero list."""
+    if any(w < 0 for w in weights):
+        raise ValueError(f"aggregation weights must be >= 0, got {list(weights)}")
+    total = float(sum(weights))
+    if total <= 0:
+        raise ValueError(f"aggregation weights sum to {total}; at least one must be > 0")
+    return [float(w) / total for w in weights]
+
+
+def column_average(items: WeightedTensors, base: Tensor) -> Tensor:
+    """Column-wise weighted average of B_k (d_out x r_k) over the clients holding each column.
+
+    ``base`` (d_out x r_max) is the server's current B: it fixes the output shape and is
+    kept in the columns no client of the round holds. Returns a new tensor of base's shape
+    and dtype; sums run in float64 in list order (deterministic).
+    """
+    out = base.detach().to(torch.float64).clone()
+    if not items:
+        return out.to(base.dtype)
+    width = base.shape[1]
+    num = torch.zeros_like(out)
+    den = torch.zeros(width, dtype=torch.float64)
+    for tensor, weight in items:
+        if tensor.dim() != 2 or tensor.shape[0] != base.shape[0] or tensor.shape[1] > width:
+            raise ValueError(f"client tensor of shape {tuple(tensor.shape)} does not fit the server's "
+                             f"{tuple(base.shape)} (rows must match, columns <= {width})")
+        r = tensor.shape[1]
+        num[:, :r] += float(weight) * tensor.detach().to(torch.float64)
+        den[:r] += float(weight)
+    held = den > 0
+    out[:, held] = num[:, held] / den[held]
+    return out.to(base.dtype)
+
+
+def row_average(items: WeightedTensors, base: Tensor) -> Tensor:
+    """Row-wise weighted average of A_k (r_k x d_in) over the clients holding each row."""
+    return column_average([(t.t(), w) for t, w in items], base.t()).t().contiguous()
+
+
+def zero_pad_average(items: WeightedTensors, base: Tensor, dim: int) -> Tensor:
+    """HetLoRA: zero-pad every client tensor along ``dim`` to base's size, weighted mean.
+
+    Weights are normalised over all clients of the round, so a component held by few
+    clients is shrunk towards zero (HetLoRA's known rank-collapse pressure; it does not use
+    ``base`` except for the shape, dtype and the empty-round case).
+    """
+    if not items:
+        return base.detach().clone()
+    out = torch.zeros(base.shape, dtype=torch.float64)
+    for (tensor, _), p in zip(items, normalised([w for _, w in items])):
+        index = [slice(None)] * base.dim()
+        index[dim] = slice(0, tensor.shape[dim])
+        if tensor.dim() != base.dim() or any(tensor.shape[d] != base.shape[d] for d in range(base.dim()) if d != dim) \
+                or tensor.shape[dim] > base.shape[dim]:
+            raise ValueError(f"client tensor of shape {tuple(tensor.shape)} does not fit the server's "
+                             f"{tuple(base.shape)} padded along dim {dim}")
+        out[tuple(index)] += p * tensor.detach().to(torch.float64)
+    return out.to(base.dtype)
+
+
+def stack(items: Sequence[tuple[tuple[Tensor, Tensor], float]]) -> tuple[Tensor, Tensor]:
+    """FLoRA: stack the clients' (B_k, A_k) into one adapter of rank sum_k r_k.
+
+    Returns ``(B_s, A_s)`` with ``B_s = [p_1 B_1 | ... | p_K B_K]`` (d_out x sum r_k) and
+    ``A_s = [A_1; ...; A_K]`` (sum r_k x d_in), so ``B_s A_s == sum_k p_k B_k A_k`` exactly
+    up to float rounding (the weights p are folded into B). Raises on an empty list: a
+    round with no client has nothing to stack (the caller skips the merge).
+    """
+    if not items:
+        raise ValueError("stack: no client update to stack")
+    weights = normalised([w for _, w in items])
+    b_parts = [p * b.detach() for ((b, _), _), p in zip(items, weights)]
+    a_parts = [a.detach() for (_, a), _ in items]
+    return torch.cat(b_parts, dim=1), torch.cat(a_parts, dim=0)
+
+
+def product_average(items: Sequence[tuple[tuple[Tensor, Tensor], float]]) -> Tensor:
+    """FlexLoRA: the full-size weighted average ``sum_k p_k B_k A_k`` (d_out x d_in, float64)."""
+    if not items:
+        raise ValueError("product_average: no client update to average")
+    weights = normalised([w for _, w in items])
+    total = None
+    for ((b, a), _), p in zip(items, weights):
+        term = p * (b.detach().to(torch.float64) @ a.detach().to(torch.float64))
+        total = term if total is None else total + term
+    return total
+
+
+def svd_split(delta: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+    """FlexLoRA redistribution: the best rank-``rank`` factors of ``delta`` (Eckart-Young).
+
+    Returns ``(B, A)`` with ``B = U_r sqrt(S_r)`` (d_out x r) and ``A = sqrt(S_r) V_r^T``
+    (r x d_in), float64: the singular values are split evenly between the factors.
+    """
+    if rank < 1:
+        raise ValueError(f"svd_split: rank {rank} must be >= 1")
+    u, s, vh = torch.linalg.svd(delta.to(torch.float64), full_matrices=False)
+    r = min(rank, s.numel())
+    root = s[:r].sqrt()
+    b, a = u[:, :r] * root, root[:, None] * vh[:r]
+    if r < rank:   # a rank above min(d_out, d_in): pad with zero components
+        b = torch.cat([b, b.new_zeros(b.shape[0], rank - r)], dim=1)
+        a = torch.cat([a, a.new_zeros(rank - r, a.shape[1])], dim=0)
+    return b, a

@@ -1,0 +1,172 @@
+"""What the links of a star promise: ideal transfer times, seeded delays, token buckets.
+
+The star has one link per role; each link has two directions, ``up`` (egress at the role,
+towards the switch) and ``down`` (egress at the switch port, towards the role). A message
+from rank ``s`` to rank ``d`` crosses ``s.up`` then ``d.down``; its bottleneck rate is the
+smaller of the two and its one-way delay is the sum of the two delays.
+
+Units: bytes, bits per second (``*_bps``), bytes per second (``*_Bps``), seconds (``*_s``).
+
+The ideal time of concurrent transfers (a broadcast, a gather) is a fluid model with
+max-min fair sharing of every direction of every link (what TCP flows sharing a shaped
+link get, minus TCP's own overhead), plus the path delay. It is the denominator of wire
+efficiency and the whole clock of the ``model`` backend.
+"""
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from netem.spec import LinkSpec
+
+
+@dataclass(frozen=True)
+class Flow:
+    """``nbytes`` from rank ``src`` to rank ``dst``, all starting at the same instant."""
+
+    src: int
+    dst: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    """The links of every rank: ``up[r]`` and ``down[r]`` (both LinkSpec), rank 0 is the hub."""
+
+    up: tuple[LinkSpec, ...]
+    down: tuple[LinkSpec, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.up) != len(self.down):
+            raise ValueError(f"links: {len(self.up)} uplinks but {len(self.down)} downlinks; one of each per rank")
+
+    @classmethod
+    def unshaped(cls, world_size: int) -> "LinkTable":
+        return cls(up=(LinkSpec(),) * world_size, down=(LinkSpec(),) * world_size)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.up)
+
+    def path_rate_bps(self, src: int, dst: int) -> float | None:
+        """Bottleneck rate of src -> dst in bits/s, None when neither direction is shaped."""
+        rates = [r for r in (self.up[src].rate_bps, self.down[dst].rate_bps) if r is not None]
+        return min(rates) if rates else None
+
+    def path_delay_s(self, src: int, dst: int) -> float:
+        """Nominal one-way delay of src -> dst (seconds)."""
+        return self.up[src].delay_s + self.down[dst].delay_s
+
+    def ideal_s(self, flows: list[Flow]) -> list[float]:
+        """Ideal completion time of each flow (seconds since their common start), fluid model.
+
+        Every direction of every link is shared max-min fairly among the flows crossing it;
+        a flow's time is its path delay plus the time its last byte leaves the bottleneck.
+        A single flow gets ``delay + nbytes*8/bottleneck_rate``.
+        """
+        capacity: dict[tuple[str, int], float] = {}
+        for d in range(self.world_size):
+            for side, spec in (("up", self.up[d]), ("down", self.down[d])):
+                capacity[(side, d)] = math.inf if spec.rate_bps is None else spec.rate_bps / 8.0
+        paths = [[("up", f.src), ("down", f.dst)] for f in flows]
+        left = [float(f.nbytes) for f in flows]
+        done = [0.0 if f.nbytes == 0 else math.nan for f in flows]
+        now = 0.0
+        active = {i for i, f in enumerate(flows) if f.nbytes > 0}
+        while active:
+            rate = _max_min_rates(active, paths, capacity)
+            finite = [left[i] / rate[i] for i in active if not math.isinf(rate[i])]
+            step = min(finite) if finite else 0.0          # unshaped flows finish at once
+            now += step
+            for i in list(active):
+                left[i] = 0.0 if math.isinf(rate[i]) else left[i] - rate[i] * step
+                if left[i] <= 1e-9 * flows[i].nbytes:
+                    done[i] = now
+                    active.discard(i)
+        return [done[i] + self.path_delay_s(f.src, f.dst) for i, f in enumerate(flows)]
+
+    def delay_sample_s(self, seed: int, src: int, dst: int, index: int) -> float:
+        """One-way delay of message number ``index`` on src -> dst, jitter included (seconds).
+
+        Jitter is uniform in +-jitter per direction (netem's default distribution), drawn
+        from a generator seeded by (seed, src, dst, index): the same run gives the same
+        delays. Never negative.
+        """
+        up, down = self.up[src], self.down[dst]
+        delay = up.delay_s + down.delay_s
+        if up.jitter_s or down.jitter_s:
+            rng = random.Random(f"narrowband-delay:{seed}:{src}:{dst}:{index}")
+            delay += rng.uniform(-up.jitter_s, up.jitter_s) + rng.uniform(-down.jitter_s, down.jitter_s)
+        return max(0.0, delay)
+
+    def to_json(self) -> list[dict]:
+        return [{"up": vars(u), "down": vars(d)} for u, d in zip(self.up, self.down)]
+
+    @classmethod
+    def from_json(cls, rows: list[dict]) -> "LinkTable":
+        return cls(up=tuple(LinkSpec(**r["up"]) for r in rows), down=tuple(LinkSpec(**r["down"]) for r in rows))
+
+
+def _max_min_rates(active: set[int], paths: list[list[tuple[str, int]]],
+                   capacity: dict[tuple[str, int], float]) -> dict[int, float]:
+    """Max-min fair rates (bytes/s) of the active flows by progressive filling."""
+    rate: dict[int, float] = {}
+    left = dict(capacity)
+    unfixed = set(active)
+    while unfixed:
+        users: dict[tuple[str, int], list[int]] = {}
+        for i in unfixed:
+            for link in paths[i]:
+                users.setdefault(link, []).append(i)
+        link, share = min(((l, left[l] / len(u)) for l, u in users.items()), key=lambda x: x[1])
+        if math.isinf(share):
+            for i in unfixed:
+                rate[i] = math.inf
+            break
+        for i in users[link]:
+            rate[i] = share
+            unfixed.discard(i)
+            for other in paths[i]:
+                left[other] = max(0.0, left[other] - share)
+    return rate
+
+
+class TokenBucket:
+    """Paces bytes to ``rate_Bps`` (bytes/s) with bursts up to ``burst`` bytes; thread-safe.
+
+    ``reserve(n)`` books ``n`` bytes and returns how long to sleep before sending them.
+    Bookings are taken in call order and may drive the bucket into debt, so concurrent
+    streams sharing one bucket share its rate fairly (chunk by chunk).
+    """
+
+    def __init__(self, rate_Bps: float, burst: int):
+        if rate_Bps <= 0 or burst <= 0:
+            raise ValueError(f"token bucket: rate {rate_Bps} B/s and burst {burst} B must be > 0")
+        self.rate_Bps, self.burst = float(rate_Bps), float(burst)
+        self._tokens = float(burst)
+        self._stamp = time.monotonic()
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int) -> float:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate_Bps)
+            self._stamp = now
+            self._tokens -= nbytes
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate_Bps
+
+    def take(self, nbytes: int) -> None:
+        """Block until ``nbytes`` may go."""
+        wait = self.reserve(nbytes)
+        if wait > 0:
+            time.sleep(wait)
+
+
+def chunk_bytes(rate_bps: float | None) -> int:
+    """Chunk size for pacing at ``rate_bps``: ~10 ms of the link, 8 KiB .. 1 MiB; 0 = one piece."""
+    if rate_bps is None:
+        return 0
+    return int(min(1 << 20, max(8 << 10, rate_bps / 8.0 * 0.010)))

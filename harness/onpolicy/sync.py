@@ -1,0 +1,274 @@
+"""Sync strategies: how the learner's update reaches the rollout workers.
+
+Each method is a pair of small classes with one interface, used by the role loops:
+
+    learner: (after loss.backward())  update = sync.step(step)   -> Update (payload bytes)
+    worker:                            sync.apply(payload, step)
+    both:    checksum of the state the workers must hold (learner: ``expected_checksum``,
+             worker: ``checksum``); learner ``resync_payload`` -> worker ``load_resync``.
+
+What each method sends down per update:
+- ``full_sync`` / ``lowrank``: every adapter tensor in ``method.sync_dtype`` (bf16 default).
+  Workers hold the adapter as shipped, i.e. the learner's fp32 tensors rounded to the wire
+  dtype, so what is comparable (and checksummed) is that rounded view; the learner's Adam
+  state lives on the learner only. ``policy_kl`` measures what the rounding costs.
+- ``delta``: C(params - view), the learner's new params minus the workers' view, compressed
+  by any compressor. The learner keeps the view (the workers' params) by adding the same
+  decoded delta, so what was not shipped is in the next delta: exact error feedback without
+  a residual. With ``compressor.error_feedback=false`` it ships C(params_t+1 - params_t)
+  instead and the view drifts (the ablation).
+- ``hilo``: C(g + e), the compressed gradient with a residual e; g^ = decode(the payload's
+  BYTES); e <- g + e - g^; the learner steps on g^ and so does every worker, on a replicated
+  optimizer state: adapters and optimizer states stay bit-identical, and that is verified.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from harness.onpolicy.state import (Replica, SyncError, checksum, load_state, pack_flat,
+                                    pack_state, unpack_flat, wire_dtype)
+
+METHODS = ("full_sync", "lowrank", "delta", "hilo")
+
+
+@dataclass
+class Update:
+    """What the learner's step produced: the downlink payload and how long it took."""
+    payload: bytes
+    step_s: float                 # optimizer step on the learner (seconds)
+    encode_s: float               # compress + decode-for-replay (seconds); 0 for full sync
+    info: dict[str, Any] = field(default_factory=dict)   # compressor's info (ranks, budget)
+
+
+def _timer() -> float:
+    return time.perf_counter()
+
+
+def _decode(compressor, data: bytes) -> dict[str, Tensor]:
+    """Decode a payload from its BYTES (exactly what a worker gets), as fp32 tensors."""
+    from harness.compress import Payload
+
+    decoded = compressor.decode(Payload.from_bytes(data))
+    return {n: t.to(torch.float32) for n, t in decoded.items()}
+
+
+def _encode(compressor, tensors: dict[str, Tensor], step: int) -> tuple[bytes, dict]:
+    payload = compressor.encode(tensors, step=step)
+    data = payload.to_bytes()
+    return data, dict(getattr(payload, "info", {}) or {})
+
+
+# --------------------------------------------------------------------------- learner side
+class LearnerSync:
+    """Learner side of a method. ``replica.optimizer`` is the learner's optimizer."""
+    method = "base"
+
+    def __init__(self, replica: Replica):
+        if replica.optimizer is None:
+            raise SyncError("the learner's replica needs an optimizer")
+        self.replica = replica
+
+    def step(self, step: int) -> Update:
+        """Apply update ``step`` to the learner (grads are in ``.grad``) and return the payload."""
+        raise NotImplementedError
+
+    def worker_view(self) -> dict[str, Tensor] | None:
+        """The adapter the workers hold now, or None when it is bit-identical to the learner's."""
+        return None
+
+    def expected_checksum(self) -> str:
+        """Checksum a worker in sync must report after applying the latest payload."""
+        raise NotImplementedError
+
+    def resync_payload(self) -> bytes:
+        """Full state that puts a worker back in sync (fp32 adapter, and optimizer if replayed)."""
+        raise NotImplementedError
+
+    def _optimizer_step(self) -> float:
+        t0 = _timer()
+        self.replica.optimizer.step()
+        self.replica.optimizer.zero_grad(set_to_none=True)
+        return _timer() - t0
+
+
+class FullSyncLearner(LearnerSync):
+    method = "full_sync"
+
+    def __init__(self, replica: Replica, dtype: str = "bf16"):
+        super().__init__(replica)
+        self.dtype = wire_dtype(dtype)
+
+    def step(self, step: int) -> Update:
+        step_s = self._optimizer_step()
+        t0 = _timer()
+        payload = pack_flat(self.replica.tensors(), self.dtype)
+        return Update(payload, step_s, _timer() - t0)
+
+    def worker_view(self) -> dict[str, Tensor] | None:
+        if self.dtype == torch.float32:
+            return None
+        return {n: p.detach().to(self.dtype).to(torch.float32) for n, p in self.replica.params.items()}
+
+    def expected_checksum(self) -> str:
+        view = self.worker_view()
+        return checksum(view if view is not None else self.replica.params)
+
+    def resync_payload(self) -> bytes:
+        view = self.worker_view()
+        return pack_state(view if view is not None else self.replica.params, None)
+
+
+class DeltaLearner(LearnerSync):
+    method = "delta"
+
+    def __init__(self, replica: Replica, compressor, error_feedback: bool = True):
+        super().__init__(replica)
+        self.compressor = compressor
+        self.error_feedback = error_feedback
+        # the workers' params (exact: updated with the same decoded bytes they apply)
+        self.view = {n: p.detach().clone() for n, p in replica.params.items()}
+        self._prev = None if error_feedback else {n: p.detach().clone() for n, p in replica.params.items()}
+
+    def step(self, step: int) -> Update:
+        step_s = self._optimizer_step()
+        t0 = _timer()
+        base = self.view if self.error_feedback else self._prev
+        delta = {n: p.detach() - base[n] for n, p in self.replica.params.items()}
+        data, info = _encode(self.compressor, delta, step)
+        decoded = _decode(self.compressor, data)
+        for n, d in decoded.items():
+            self.view[n].add_(d)
+        if self._prev is not None:
+            self._prev = {n: p.detach().clone() for n, p in self.replica.params.items()}
+        return Update(data, step_s, _timer() - t0, info)
+
+    def worker_view(self) -> dict[str, Tensor] | None:
+        return self.view
+
+    def expected_checksum(self) -> str:
+        return checksum(self.view)
+
+    def resync_payload(self) -> bytes:
+        return pack_state(self.view, None)
+
+
+class HiLoLearner(LearnerSync):
+    method = "hilo"
+
+    def __init__(self, replica: Replica, compressor, error_feedback: bool = True):
+        super().__init__(replica)
+        self.compressor = compressor
+        self.error_feedback = error_feedback
+        self.residual: dict[str, Tensor] | None = None
+
+    def step(self, step: int) -> Update:
+        t0 = _timer()
+        grads = {}
+        for n, p in self.replica.params.items():
+            if p.grad is None:
+                raise SyncError(f"hilo: parameter {n} has no gradient; call loss.backward() first")
+            grads[n] = p.grad.detach().to(torch.float32)
+        v = grads if self.residual is None else {n: g + self.residual[n] for n, g in grads.items()}
+        data, info = _encode(self.compressor, v, step)
+        g_hat = _decode(self.compressor, data)
+        if self.error_feedback:
+            self.residual = {n: v[n] - g_hat[n] for n in v}
+        encode_s = _timer() - t0
+        _set_grads(self.replica, g_hat)
+        step_s = self._optimizer_step()
+        return Update(data, step_s, encode_s, info)
+
+    def expected_checksum(self) -> str:
+        return self.replica.checksum()
+
+    def resync_payload(self) -> bytes:
+        return pack_state(self.replica.params, self.replica.optimizer)
+
+
+def _set_grads(replica: Replica, grads: dict[str, Tensor]) -> None:
+    missing = set(replica.params) - set(grads)
+    if missing:
+        raise SyncError(f"payload lacks {len(missing)} adapter tensors, e.g. {sorted(missing)[0]}")
+    for n, p in replica.params.items():
+        p.grad = grads[n].to(device=p.device, dtype=p.dtype).reshape(p.shape).contiguous()
+
+
+# --------------------------------------------------------------------------- worker side
+class WorkerSync:
+    """Worker side of a method: applies payloads to the worker's replica."""
+
+    def __init__(self, replica: Replica):
+        self.replica = replica
+
+    def apply(self, payload: bytes, step: int) -> None:
+        raise NotImplementedError
+
+    def checksum(self) -> str:
+        return self.replica.checksum()
+
+    def load_resync(self, data: bytes) -> None:
+        load_state(data, self.replica)
+
+
+class FullSyncWorker(WorkerSync):
+    def apply(self, payload: bytes, step: int) -> None:
+        tensors = unpack_flat(payload, self.replica.tensors())
+        with torch.no_grad():
+            for p, t in zip(self.replica.tensors(), tensors):
+                p.copy_(t)
+
+
+class DeltaWorker(WorkerSync):
+    def __init__(self, replica: Replica, compressor):
+        super().__init__(replica)
+        self.compressor = compressor
+
+    def apply(self, payload: bytes, step: int) -> None:
+        decoded = _decode(self.compressor, payload)
+        with torch.no_grad():
+            for n, p in self.replica.params.items():
+                if n in decoded:
+                    p.add_(decoded[n].to(device=p.device).reshape(p.shape))
+
+
+class HiLoWorker(WorkerSync):
+    def __init__(self, replica: Replica, compressor):
+        super().__init__(replica)
+        if replica.optimizer is None:
+            raise SyncError("hilo: a worker's replica needs its replicated optimizer")
+        self.compressor = compressor
+
+    def apply(self, payload: bytes, step: int) -> None:
+        _set_grads(self.replica, _decode(self.compressor, payload))
+        self.replica.optimizer.step()
+        self.replica.optimizer.zero_grad(set_to_none=True)
+
+
+# --------------------------------------------------------------------------- factory
+def worker_needs_optimizer(method: str) -> bool:
+    """Whether the method's workers replay optimizer steps (and so hold optimizer state)."""
+    return method == "hilo"
+
+
+def build(method: str, side: str, replica: Replica, *, sync_dtype: str = "bf16",
+          compressor_factory: Callable[[], Any] | None = None,
+          error_feedback: bool = True) -> LearnerSync | WorkerSync:
+    """The ``side`` ("learner" | "worker") of ``method``. ``compressor_factory()`` builds a
+    fresh compressor (delta, hilo); the learner's and every worker's must be built alike."""
+    if method not in METHODS:
+        raise SyncError(f"method.name: {method!r} is not an on-policy method; use one of {', '.join(METHODS)}")
+    if side not in ("learner", "worker"):
+        raise SyncError(f"side: {side!r} is not learner or worker")
+    if method in ("full_sync", "lowrank"):
+        return FullSyncLearner(replica, sync_dtype) if side == "learner" else FullSyncWorker(replica)
+    if compressor_factory is None:
+        raise SyncError(f"method {method}: needs a compressor")
+    comp = compressor_factory()
+    if method == "delta":
+        return DeltaLearner(replica, comp, error_feedback) if side == "learner" else DeltaWorker(replica, comp)
+    return HiLoLearner(replica, comp, error_feedback) if side == "learner" else HiLoWorker(replica, comp)

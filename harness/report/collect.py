@@ -1,0 +1,169 @@
+"""Collect every run under ``results/runs/`` into one tidy frame, and say which runs were left out.
+
+A run is one directory ``results/runs/<scenario>/<run_id>/`` holding ``run.json`` and
+``rows/*.parquet`` (see harness/record.py). Only runs whose ``run.json`` says
+``status: ok`` feed the headline tables; every other run (failed, interrupted, still
+running, an ``<id>.attempt<N>`` moved aside by a restart, no rows, no run.json) is kept
+in ``Collection.excluded`` with the reason, and the summary lists them.
+
+Backends are never mixed silently: every row carries its ``backend`` key, and
+``Run.backend`` is checked against ``run.json``; a mismatch excludes the run.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+try:  # the lead's reader; the fallback reads the same layout
+    from harness.record import read_rows as _read_rows
+except ImportError:  # pragma: no cover - only before harness/record.py exists
+    def _read_rows(run_dir: Path) -> pd.DataFrame:
+        parts = sorted((Path(run_dir) / "rows").glob("*.parquet"))
+        return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
+
+HUB_ROLES = {"learner": "onpolicy", "server": "federated"}
+
+
+@dataclass
+class Run:
+    """One run directory: its metadata, its rows, and whether it counts."""
+    run_dir: Path
+    scenario: str
+    run_id: str
+    status: str                  # ok | failed | interrupted | running | missing (no run.json) | empty (no rows)
+    reason: str
+    meta: dict[str, Any]
+    rows: pd.DataFrame
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def backend(self) -> str:
+        if "backend" in self.rows and self.rows["backend"].notna().any():
+            return str(self.rows["backend"].dropna().iloc[0])
+        return str(self.meta.get("backend") or "unknown")
+
+    @property
+    def kind(self) -> str:
+        """``onpolicy`` (has a learner), ``federated`` (has a server) or ``unknown``."""
+        roles = set(self.rows["role"].dropna()) if "role" in self.rows else set()
+        for role, kind in HUB_ROLES.items():
+            if role in roles:
+                return kind
+        return str(self.config.get("method", {}).get("kind") or "unknown")
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.meta.get("config") or {}
+
+    @property
+    def command(self) -> str:
+        """The exact command that produced the run (run.json ``command``), else the plain one."""
+        return str(self.meta.get("command") or f"python -m harness scenario={self.scenario}")
+
+    @property
+    def ref_rank(self) -> float:
+        """The scenario's training rank (``model.rank``); a ``lowrank`` run trains below it."""
+        rank = self.config.get("model", {}).get("rank")
+        if rank is None and "rank" in self.rows and self.rows["rank"].notna().any():
+            rank = self.rows["rank"].dropna().iloc[0]
+        return float(rank) if rank is not None else float("nan")
+
+
+@dataclass
+class Collection:
+    """Every run found; ``rows`` holds the rows of the ok runs only (plus ``command``, ``ref_rank``)."""
+    results_dir: Path
+    runs: list[Run] = field(default_factory=list)
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def ok_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
+
+    @property
+    def excluded(self) -> list[Run]:
+        return [r for r in self.runs if not r.ok]
+
+    def run(self, run_id: str) -> Run:
+        for r in self.runs:
+            if r.run_id == run_id:
+                return r
+        raise KeyError(f"run_id: {run_id!r} is not among the {len(self.runs)} runs collected")
+
+    def backends(self) -> list[str]:
+        return sorted({r.backend for r in self.ok_runs})
+
+    def commands(self, scenario: str) -> list[str]:
+        """Distinct commands of the ok runs of one scenario, in run order."""
+        seen: dict[str, None] = {}
+        for r in self.ok_runs:
+            if r.scenario == scenario:
+                seen.setdefault(r.command, None)
+        return list(seen) or [f"python -m harness scenario={scenario}"]
+
+
+def _load_run(run_dir: Path) -> Run:
+    scenario, run_id = run_dir.parent.name, run_dir.name
+    meta_path = run_dir / "run.json"
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    except (OSError, json.JSONDecodeError) as err:
+        meta = {"status": "failed", "reason": f"run.json unreadable: {err}"}
+    try:
+        rows = _read_rows(run_dir)
+    except Exception as err:  # a corrupt part file excludes the run, with the reason
+        rows = pd.DataFrame()
+        meta = {**meta, "status": "failed", "reason": f"rows unreadable: {type(err).__name__}: {err}"}
+    scenario = str(meta.get("scenario") or scenario)   # run_id stays the directory name: unique
+    status, reason = str(meta.get("status") or "missing"), str(meta.get("reason") or "")
+    if not meta_path.exists():
+        status, reason = "missing", "no run.json"
+    elif ".attempt" in run_dir.name and status == "ok":
+        status, reason = "superseded", "earlier attempt moved aside by a restart"
+    elif status == "running":
+        reason = reason or "no final status: still running, or killed without cleanup"
+    elif status == "ok" and rows.empty:
+        status, reason = "empty", "status ok but no rows were written"
+    run = Run(run_dir, scenario, run_id, status, reason, meta, rows)
+    if run.ok and "backend" in rows and meta.get("backend"):
+        found = set(rows["backend"].dropna().astype(str))
+        if found - {str(meta["backend"])}:
+            run.status = "inconsistent"
+            run.reason = f"rows say backend {sorted(found)}, run.json says {meta['backend']!r}"
+    return run
+
+
+def run_dirs(results_dir: Path) -> list[Path]:
+    """Every ``runs/<scenario>/<run_id>/`` directory (with run.json or rows/), sorted."""
+    runs_root = Path(results_dir) / "runs"
+    if not runs_root.is_dir():
+        return []
+    found = {p.parent for p in runs_root.glob("*/*/run.json")}
+    found |= {p.parent for p in runs_root.glob("*/*/rows")}
+    return sorted(found)
+
+
+def collect(results_dir: Path | str) -> Collection:
+    """Load every run under ``results_dir/runs``; concatenate the rows of the ok ones."""
+    results_dir = Path(results_dir)
+    runs = [_load_run(d) for d in run_dirs(results_dir)]
+    frames = []
+    for r in runs:
+        if r.ok:
+            frame = r.rows.copy()
+            frame["run_id"] = frame["run_id"].fillna(r.run_id) if "run_id" in frame else r.run_id
+            frame["scenario"] = frame["scenario"].fillna(r.scenario) if "scenario" in frame else r.scenario
+            frame["backend"] = frame["backend"].fillna(r.backend) if "backend" in frame else r.backend
+            frame["command"] = r.command
+            frame["ref_rank"] = r.ref_rank
+            frame["kind"] = r.kind
+            frames.append(frame)
+    rows = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
+    return Collection(results_dir, runs, rows)

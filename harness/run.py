@@ -1,0 +1,285 @@
+"""Run a scenario: compose each variant, validate it, launch the cluster, record the run.
+
+One run = one resolved config = one directory ``results/runs/<scenario>/<run_id>/``.
+The run id is the variant name plus a hash of the resolved config (run-control keys
+left out), so re-running the same config finds its directory: a complete (``ok``) run
+is skipped when ``resume=true``, an incomplete one is moved aside as ``<id>.attempt<N>``
+(kept, marked with its status) and run again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.paths import project_root
+from harness.record import read_run_json, read_rows, set_status, write_run_json
+from harness.validate import ConfigError, validate
+
+RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id")
+ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}
+PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
+USES_COMPRESSOR = ("hilo", "delta")
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    run_dir: Path
+    status: str          # ok | failed | interrupted | skipped
+    reason: str = ""
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """Compose the app's config with Hydra's compose API (inside or outside the app)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness.conf.schema import register
+    from harness.validate import translate_argv
+
+    register()
+    overrides = translate_argv(list(overrides))
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="config", overrides=overrides)
+    with initialize_config_module(config_module="harness.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _merge_overrides(base: list[str], extra: list[str]) -> list[str]:
+    """``extra`` first, then ``base``; a key the user set on the command line wins."""
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in base}
+    return [o for o in extra if o.split("=", 1)[0].lstrip("+~") not in keys] + list(base)
+
+
+def scenario_name(overrides: list[str]) -> str:
+    for o in overrides:
+        if o.startswith(("scenarios@_global_=", "scenario=")):
+            return o.split("=", 1)[1]
+    return "adhoc"
+
+
+def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
+    """Run every variant of the composed scenario (or the config itself when it has none)."""
+    scenario = scenario_name(overrides)
+    variants = dict(cfg.variants or {})
+    if cfg.only:
+        unknown = [v for v in cfg.only if v not in variants]
+        if unknown:
+            raise ConfigError(f"only: {unknown[0]!r} is not a variant of scenario {scenario}; "
+                              f"choose from {', '.join(variants)}")
+        variants = {k: v for k, v in variants.items() if k in cfg.only}
+    if not variants:
+        return [run_one(cfg, scenario=scenario, variant=cfg.variant, overrides=overrides)]
+    composed = {}
+    for name, extra in variants.items():   # compose and validate all before running any
+        vcfg = compose_config(_merge_overrides(overrides, list(extra)))
+        validate(vcfg)
+        composed[name] = vcfg
+    outcomes = []
+    for i, (name, vcfg) in enumerate(composed.items()):
+        print(f"\n=== {scenario}: variant {i + 1}/{len(composed)}: {name} ===", flush=True)
+        outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides))
+    _print_scenario_summary(scenario, outcomes)
+    return outcomes
+
+
+def run_id_of(cfg: DictConfig, variant: str) -> str:
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in RUN_CONTROL + ("scenario", "variant"):
+        plain.pop(key, None)
+    digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{variant}-{digest}"
+
+
+def resolve_backend(requested: str) -> tuple[str, str]:
+    """(backend, why). ``auto`` takes the best the machine allows and says so."""
+    from netem.caps import probe
+
+    caps = probe()
+    if requested != "auto":
+        return requested, f"net.backend={requested} (asked for)"
+    best = caps.best_backend()
+    if best == "userspace":
+        why = ("not root: no namespaces or qdiscs; processes on loopback, bytes paced in the transport"
+               if not caps.root else "this kernel cannot shape links; bytes paced in the transport")
+    elif best == "tc":
+        why = "kernel has no sch_netem: rate shaped by tbf in the kernel, delay/jitter added by the transport"
+    else:
+        why = "kernel netem: rate, delay, jitter and loss in the kernel"
+    return best, why
+
+
+def role_specs(cfg: DictConfig):
+    """The hub and one node per worker/client, each with its uplink and downlink LinkSpec."""
+    from harness.cluster import RoleSpec
+    from netem.spec import LinkSpec
+
+    net = cfg.net
+    hub_link = LinkSpec.parse(rate=net.hub, prefix="net.hub")
+    if cfg.method.kind == "onpolicy":
+        hub, node, count = "learner", "worker", cfg.onpolicy.workers
+    else:
+        hub, node, count = "server", "client", cfg.federated.clients
+    roles = [RoleSpec(name=hub, up=hub_link, down=hub_link, device=cfg.model.device)]
+    for k in range(count):
+        spec = {"rate": net.rate, "up": net.up, "down": net.down, "delay": net.delay,
+                "jitter": net.jitter, "loss": net.loss, "queue": net.queue}
+        if net.nodes:
+            spec.update(dict(net.nodes[k % len(net.nodes)]))
+        common = dict(delay=spec["delay"], jitter=spec["jitter"], loss=spec["loss"], queue=spec["queue"])
+        up = LinkSpec.parse(rate=spec["up"] or spec["rate"], prefix=f"net.nodes[{k}]", **common)
+        down = LinkSpec.parse(rate=spec["down"] or spec["rate"], prefix=f"net.nodes[{k}]", **common)
+        roles.append(RoleSpec(name=f"{node}{k}", up=up, down=down, device=cfg.model.device))
+    return roles
+
+
+def run_keys(cfg: DictConfig, scenario: str, variant: str, run_id: str, backend: str) -> dict[str, Any]:
+    from netem.spec import parse_rate, parse_time
+
+    rate = parse_rate(cfg.net.down or cfg.net.rate or cfg.net.hub)
+    uses = cfg.method.name in USES_COMPRESSOR
+    return {
+        "run_id": run_id, "scenario": scenario, "variant": variant, "method": cfg.method.name,
+        "compressor": cfg.compressor.name if uses else "none", "task": cfg.task.name,
+        "seed": int(cfg.seed), "backend": backend,
+        "rate_mbit": rate / 1e6 if rate else float("nan"),
+        "delay_ms": parse_time(cfg.net.delay) * 1e3,
+        "rank": int(cfg.method.get("rank") or cfg.model.rank),
+        "budget_frac": float(cfg.compressor.budget) if uses and cfg.compressor.budget else float("nan"),
+    }
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=project_root(), capture_output=True, text=True, timeout=10)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def run_metadata(cfg: DictConfig, command: str) -> dict[str, Any]:
+    """What run.json says about where and how a run ran (no hostname)."""
+    from netem.caps import probe
+
+    versions = {}
+    for pkg in PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "command": command,
+        "git_commit": _git("rev-parse", "HEAD") or None,
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "versions": {"python": platform.python_version(), **versions},
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "capabilities": probe().__dict__ if hasattr(probe(), "__dict__") else str(probe()),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _prepare_dir(run_dir: Path, resume: bool) -> bool:
+    """True when the run must be (re)done; moves an incomplete earlier attempt aside."""
+    if not run_dir.exists():
+        return True
+    meta = read_run_json(run_dir)
+    if resume and meta.get("status") == "ok":
+        return False
+    n = 1
+    while run_dir.with_name(f"{run_dir.name}.attempt{n}").exists():
+        n += 1
+    if meta.get("status") in (None, "running"):
+        set_status(run_dir, "interrupted", meta.get("reason") or "did not finish (found running at restart)")
+    run_dir.rename(run_dir.with_name(f"{run_dir.name}.attempt{n}"))
+    return True
+
+
+def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) -> Outcome:
+    """Validate, launch, record. Never raises for a failed run: the outcome says it."""
+    from harness.cluster import launch
+    from netem.topology import clean
+
+    validate(cfg)
+    run_id = cfg.run_id or run_id_of(cfg, variant)
+    run_dir = project_root() / cfg.out_dir / scenario / run_id
+    if not _prepare_dir(run_dir, bool(cfg.resume)):
+        print(f"[narrowband] {scenario}/{run_id}: complete already, skipped (resume=true)", flush=True)
+        return Outcome(run_id, run_dir, "skipped")
+    removed = clean()
+    if removed:
+        print(f"[narrowband] removed leftovers of earlier runs: {', '.join(removed)}", flush=True)
+    backend, why = resolve_backend(cfg.net.backend)
+    print(f"[narrowband] link backend: {backend} ({why})", flush=True)
+    OmegaConf.set_struct(cfg, False)
+    cfg.scenario, cfg.variant = scenario, variant
+    command = "python -m harness " + " ".join(shlex.quote(o) for o in _display(overrides))
+    meta = {**run_metadata(cfg, command), "run_id": run_id, "scenario": scenario, "variant": variant,
+            "backend": backend, "backend_reason": why, "status": "running", "reason": ""}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_json(run_dir, meta)
+    keys = run_keys(cfg, scenario, variant, run_id, backend)
+    payload = {"cfg": meta["config"], "keys": keys}
+    t0 = time.time()
+    try:
+        result = launch(role_specs(cfg), ENTRIES[cfg.method.kind], payload, backend=backend,
+                        run_dir=run_dir, hang_timeout_s=float(cfg.net.hang_timeout_s),
+                        progress=bool(cfg.progress))
+        status, reason = result.status, result.reason
+        extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or meta["capabilities"]}
+    except KeyboardInterrupt:
+        status, reason, extra = "interrupted", "KeyboardInterrupt", {}
+    except Exception as err:  # recorded, not lost: the run is marked failed with the reason
+        status, reason, extra = "failed", f"{type(err).__name__}: {err}", {}
+    set_status(run_dir, status, reason, seconds=round(time.time() - t0, 3),
+               finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
+    _print_run_summary(run_dir, status, reason)
+    if status == "interrupted":
+        raise KeyboardInterrupt
+    return Outcome(run_id, run_dir, status, reason)
+
+
+def _display(overrides: list[str]) -> list[str]:
+    return [o.replace("scenarios@_global_=", "scenario=") for o in overrides]
+
+
+SUMMARY_COLUMNS = ("loss", "accuracy", "reverse_kl", "reward", "eval_loss", "payload_bytes_down",
+                   "payload_bytes_up", "update_s", "round_s", "in_sync")
+
+
+def _print_run_summary(run_dir: Path, status: str, reason: str) -> None:
+    """One screen: status, where the rows are, the hub's last metrics and mean costs."""
+    rows = read_rows(run_dir)
+    print(f"[narrowband] run {run_dir.name}: {status}{(' - ' + reason) if reason else ''}")
+    print(f"[narrowband]   rows: {len(rows)} in {run_dir}")
+    hub = rows[rows["role"].isin(["learner", "server"])] if "role" in rows else rows
+    if hub.empty:
+        return
+    parts = []
+    for col in SUMMARY_COLUMNS:
+        if col in hub and hub[col].notna().any():
+            series = hub[col].dropna()
+            value = series.iloc[-1] if col in ("loss", "accuracy", "reverse_kl", "reward", "eval_loss") else series.mean()
+            parts.append(f"{col}={value:.4g}" if isinstance(value, float) else f"{col}={value}")
+    print("[narrowband]   " + "  ".join(parts), flush=True)
+
+
+def _print_scenario_summary(scenario: str, outcomes: list[Outcome]) -> None:
+    print(f"\n=== {scenario}: {len(outcomes)} runs ===")
+    for o in outcomes:
+        print(f"  {o.status:<11} {o.run_id:<32} {o.reason}")
+    sys.stdout.flush()

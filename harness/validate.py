@@ -1,0 +1,133 @@
+"""Checks of user input, before any process or namespace is created.
+
+Every failure is a ConfigError whose message names the key, the value and what is
+allowed, on one line; the app prints it and exits with status 2 (no traceback).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.paths import scenario_names
+
+CONF = Path(__file__).parent / "conf"
+GROUPS = ("net", "model", "task", "compressor", "method")
+BACKENDS = ("auto", "netem", "tc", "userspace", "model")
+WIRE_DTYPES = ("bf16", "fp16", "int8", "fp32")
+LR_RULES = ("linear", "sqrt", "const")
+NODE_KEYS = ("rate", "up", "down", "delay", "jitter", "loss", "queue")
+ONPOLICY_TASKS = ("distill", "reward")
+
+
+class ConfigError(ValueError):
+    """Bad user input: the message names the key, the value and what is allowed."""
+
+
+def _allowed(key: str, value: Any, allowed: Iterable[Any]) -> ConfigError:
+    return ConfigError(f"{key}: {value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
+
+
+def group_options(group: str) -> list[str]:
+    """The option names of a config group (its YAML files, schemas excluded)."""
+    if group == "scenario":
+        return scenario_names()
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def precheck_argv(argv: list[str]) -> list[str]:
+    """Reject ``group=unknown`` on the command line with one line instead of Hydra's traceback."""
+    for arg in argv:
+        if "=" not in arg or arg.startswith(("hydra", "-")):
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+~")
+        if key in GROUPS or key == "scenario":
+            options = group_options(key)
+            for choice in value.split(","):
+                if choice and choice != "null" and choice not in options:
+                    raise _allowed(key, choice, options)
+    return argv
+
+
+def translate_argv(argv: list[str]) -> list[str]:
+    """``scenario=NAME`` selects the file scenarios/NAME.yaml, applied at the global package."""
+    return [f"scenarios@_global_={a.split('=', 1)[1]}" if a.startswith("scenario=") else a for a in argv]
+
+
+def _check_link(key: str, node: dict) -> None:
+    from netem.spec import LinkSpecError, parse_loss, parse_rate, parse_size, parse_time
+
+    parsers = {"rate": parse_rate, "up": parse_rate, "down": parse_rate, "hub": parse_rate,
+               "delay": parse_time, "jitter": parse_time, "loss": parse_loss, "queue": parse_size}
+    for field, value in node.items():
+        if field in parsers and value is not None:
+            try:
+                parsers[field](value, field=f"{key}.{field}")
+            except LinkSpecError as err:
+                raise ConfigError(str(err)) from None
+
+
+def validate(cfg: Any) -> None:
+    """Raise ConfigError for the first bad value of a composed config (DictConfig or dict)."""
+    net, model, task, comp, method = cfg.net, cfg.model, cfg.task, cfg.compressor, cfg.method
+    if net.backend not in BACKENDS:
+        raise _allowed("net.backend", net.backend, BACKENDS)
+    _check_link("net", {k: net[k] for k in ("rate", "up", "down", "hub", "delay", "jitter", "loss", "queue")})
+    for i, node in enumerate(net.nodes):
+        for k in node:
+            if k not in NODE_KEYS:
+                raise _allowed(f"net.nodes[{i}] key", k, NODE_KEYS)
+        _check_link(f"net.nodes[{i}]", dict(node))
+    if net.backend in ("netem", "tc") and os.geteuid() != 0:
+        raise ConfigError(f"net.backend: {net.backend!r} needs root (CAP_NET_ADMIN) to create namespaces "
+                          "and qdiscs; run as root or use net.backend=userspace (or auto)")
+    for group, value in (("model", model.name), ("task", task.name), ("compressor", comp.name),
+                         ("method", method.name)):
+        if value not in group_options(group):
+            raise _allowed(f"{group}.name", value, group_options(group))
+    if model.name == "hf":
+        path = Path(str(model.path or ""))
+        if not model.path or not (path / "config.json").is_file():
+            raise ConfigError(f"model.path: {model.path!r} is not a local Hugging Face model directory "
+                              "(a folder with config.json, e.g. from save_pretrained); nothing is downloaded")
+    ranks = [("model.rank", model.rank)]
+    if method.get("rank") is not None:
+        ranks.append(("method.rank", method.rank))
+    if method.kind == "federated":
+        ranks += [(f"federated.ranks[{i}]", r) for i, r in enumerate(cfg.federated.ranks)]
+    limit = min(model.hidden_size, model.num_kv_heads * (model.hidden_size // model.num_heads))
+    for key, r in ranks:
+        if not isinstance(r, int) or r < 1:
+            raise ConfigError(f"{key}: {r!r} is not a rank; it must be an integer >= 1")
+        if model.name != "hf" and r > limit:
+            raise ConfigError(f"{key}: {r} is larger than the smallest adapted layer dimension ({limit}); "
+                              f"choose 1..{limit}")
+    if comp.budget is not None and not (0 < float(comp.budget) <= 1):
+        raise ConfigError(f"compressor.budget: {comp.budget!r} is outside (0, 1]; it is a fraction of the "
+                          "bf16 adapter bytes, e.g. 0.016")
+    if comp.budget_bytes is not None and int(comp.budget_bytes) <= 0:
+        raise ConfigError(f"compressor.budget_bytes: {comp.budget_bytes!r} must be a positive number of bytes")
+    if comp.dtype not in WIRE_DTYPES:
+        raise _allowed("compressor.dtype", comp.dtype, WIRE_DTYPES)
+    if method.kind == "onpolicy":
+        if task.name not in ONPOLICY_TASKS:
+            raise _allowed(f"task.name (method {method.name} is on-policy)", task.name, ONPOLICY_TASKS)
+        if cfg.onpolicy.workers < 1 or cfg.onpolicy.steps < 1:
+            raise ConfigError(f"onpolicy.workers / onpolicy.steps: {cfg.onpolicy.workers} / "
+                              f"{cfg.onpolicy.steps}; both must be >= 1")
+    elif method.kind == "federated":
+        fed = cfg.federated
+        if task.name != "federated":
+            raise _allowed(f"task.name (method {method.name} is federated)", task.name, ["federated"])
+        if fed.clients < 1:
+            raise ConfigError(f"federated.clients: {fed.clients} must be >= 1")
+        if fed.clients > task.examples:
+            raise ConfigError(f"federated.clients: {fed.clients} clients but only {task.examples} examples "
+                              "(task.examples); each client needs data")
+        if not (0 < fed.fraction <= 1):
+            raise ConfigError(f"federated.fraction: {fed.fraction} is outside (0, 1]")
+        if method.lr_rule not in LR_RULES:
+            raise _allowed("method.lr_rule", method.lr_rule, LR_RULES)
+    else:
+        raise _allowed("method.kind", method.kind, ["onpolicy", "federated"])

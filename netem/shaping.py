@@ -1,0 +1,119 @@
+"""Qdisc recipes: how one LinkSpec becomes the egress qdisc of one interface.
+
+Backends:
+  netem  one `netem` root qdisc: rate, delay, jitter, loss; its packet limit is sized to hold
+         rate * (delay + jitter) plus the queue, so delay alone never drops packets.
+  tc     one `tbf` root qdisc for the rate. Delay and jitter are left to the transport (the
+         harness adds them per message). Loss cannot be emulated: this kernel has no
+         sch_netem and no act_gact (`action drop` is refused), and dropping packets from
+         userspace is not possible for a TCP transport, so loss > 0 on `tc` is refused with a
+         clear error rather than silently ignored.
+
+tbf sizing (measured, see docs/netem.md): pyroute2 has no default burst and a one-MTU burst
+starves TCP (GSO super-packets larger than the burst are split and every split packet waits
+for tokens). The burst holds max(BURST_S of traffic at the rate, BURST_MIN_BYTES); the queue
+(limit) holds QUEUE_S of traffic at the rate plus the burst, at least QUEUE_MIN_BYTES, unless
+LinkSpec.queue_bytes says otherwise.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from netem.spec import LinkSpec, LinkSpecError, format_rate, format_time
+
+MTU = 1500
+FRAME = MTU + 14                   # bytes on the wire per full packet as tc counts them
+BURST_S = 0.004                    # tbf bucket depth in seconds of traffic at the rate
+BURST_MIN_BYTES = 32 * 1024        # ... but never less (>= 20 full frames)
+QUEUE_S = 0.050                    # queue in seconds of traffic at the rate
+QUEUE_MIN_BYTES = 64 * 1024
+NETEM_MIN_LIMIT = 1000             # packets (the kernel default)
+UNSHAPED_RATE_BPS = 10e9           # what a veth carries at most, for sizing netem queues without a rate
+TBF_MAX_RATE_BPS = 8 * (2**32 - 1) # tbf's 32-bit bytes/s field (pyroute2 does not send TCA_TBF_RATE64)
+
+
+@dataclass(frozen=True)
+class Qdisc:
+    """One qdisc to add as the root of an interface: `ipr.tc("add", kind, index=i, **options)`."""
+
+    kind: str
+    options: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.kind} " + " ".join(f"{k}={v}" for k, v in self.options.items())
+
+
+def tbf_burst_bytes(rate_bps: float) -> int:
+    """Bucket depth (bytes) for tbf at `rate_bps`."""
+    return int(max(rate_bps / 8 * BURST_S, BURST_MIN_BYTES))
+
+
+def tbf_limit_bytes(rate_bps: float, queue_bytes: int | None = None) -> int:
+    """Queue (bytes) for tbf at `rate_bps`; an explicit queue_bytes wins but never goes below the burst."""
+    burst = tbf_burst_bytes(rate_bps)
+    if queue_bytes is not None:
+        return max(queue_bytes, FRAME)
+    return int(max(rate_bps / 8 * QUEUE_S + burst, QUEUE_MIN_BYTES))
+
+
+def netem_limit_packets(spec: LinkSpec) -> int:
+    """netem queue (packets): everything in flight during delay+jitter at the rate, plus the queue."""
+    rate = spec.rate_bps or UNSHAPED_RATE_BPS
+    in_flight = rate / 8 * (spec.delay_s + spec.jitter_s)
+    queue = spec.queue_bytes if spec.queue_bytes is not None else rate / 8 * QUEUE_S
+    return max(NETEM_MIN_LIMIT, math.ceil((in_flight + queue) / FRAME))
+
+
+def check(spec: LinkSpec, backend: str, where: str) -> None:
+    """Raise LinkSpecError when `backend` cannot do `spec`; `where` names the link (e.g. 'node w0 up')."""
+    if backend not in ("netem", "tc"):
+        raise LinkSpecError(f"{where}.backend", backend, "is not a kernel backend; use netem or tc")
+    if backend == "tc" and spec.loss > 0:
+        raise LinkSpecError(f"{where}.loss", f"{spec.loss * 100:g}%",
+                            "cannot be emulated on the tc backend (kernel has no sch_netem and no "
+                            "gact drop action); use loss 0% or a kernel with netem")
+    if backend == "tc" and spec.rate_bps is not None and spec.rate_bps > TBF_MAX_RATE_BPS:
+        raise LinkSpecError(f"{where}.rate", format_rate(spec.rate_bps),
+                            f"is above tbf's limit; use at most {format_rate(TBF_MAX_RATE_BPS)} or none")
+
+
+def plan(spec: LinkSpec, backend: str, where: str = "link") -> list[Qdisc]:
+    """The root qdisc(s) for one direction; [] when the direction is left unshaped."""
+    check(spec, backend, where)
+    if backend == "netem":
+        if not spec.shaped and spec.queue_bytes is None:
+            return []
+        options: dict = {"handle": "1:", "limit": netem_limit_packets(spec)}
+        if spec.delay_s:
+            options["delay"] = int(round(spec.delay_s * 1e6))          # microseconds
+        if spec.jitter_s:
+            options["jitter"] = int(round(spec.jitter_s * 1e6))        # microseconds
+        if spec.loss:
+            options["loss"] = spec.loss * 100.0                         # percent
+        if spec.rate_bps is not None:
+            options["rate"] = f"{int(round(spec.rate_bps))}bit"
+        return [Qdisc("netem", options)]
+    if spec.rate_bps is None:
+        return []
+    return [Qdisc("tbf", {
+        "handle": "1:",
+        "rate": f"{int(round(spec.rate_bps))}bit",
+        "burst": tbf_burst_bytes(spec.rate_bps),
+        "limit": tbf_limit_bytes(spec.rate_bps, spec.queue_bytes),
+    })]
+
+
+def apply(ipr, index: int, qdiscs: list[Qdisc]) -> None:
+    """Install `qdiscs` as the root of interface `index` through the pyroute2 handle `ipr`."""
+    for qdisc in qdiscs:
+        ipr.tc("replace", qdisc.kind, index=index, **qdisc.options)
+
+
+def summary(spec: LinkSpec, backend: str) -> str:
+    """What the kernel does and what is left to the transport, for logs."""
+    if backend == "tc" and (spec.delay_s or spec.jitter_s):
+        rate = format_rate(spec.rate_bps)
+        extra = format_time(spec.delay_s) + (f" jitter {format_time(spec.jitter_s)}" if spec.jitter_s else "")
+        return f"kernel tbf {rate}; transport {extra}"
+    return f"kernel {backend} {spec.describe()}"

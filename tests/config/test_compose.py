@@ -1,0 +1,82 @@
+"""Composed tier: every scenario (and each of its variants) composes and validates,
+and bad input fails with one line naming the key, the value and what is allowed."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.paths import scenario_names
+from harness.run import _merge_overrides, compose_config, role_specs, run_id_of
+from harness.validate import ConfigError, group_options, validate
+
+
+@pytest.mark.parametrize("scenario", scenario_names())
+def test_every_scenario_and_variant_composes_and_validates(scenario):
+    cfg = compose_config([f"scenario={scenario}"])
+    variants = dict(cfg.variants or {}) or {"default": []}
+    ids = set()
+    for name, extra in variants.items():
+        vcfg = compose_config(_merge_overrides([f"scenario={scenario}"], list(extra)))
+        validate(vcfg)
+        assert role_specs(vcfg), name
+        ids.add(run_id_of(vcfg, name))
+    assert len(ids) == len(variants), "two variants resolve to the same run"
+
+
+def test_scenario_files_open_with_what_command_and_expectation():
+    from harness.paths import scenarios_root
+
+    for path in scenarios_root().glob("*.yaml"):
+        head = path.read_text().split("\n\n")[0].lower()
+        assert head.startswith("#"), f"{path.name} must open with a comment"
+        assert "python -m harness" in head, f"{path.name}: the header must give the command"
+        assert "expect" in head, f"{path.name}: the header must say what result to expect"
+
+
+def test_user_override_wins_over_variant():
+    merged = _merge_overrides(["model.rank=8", "scenario=x"], ["method=hilo", "model.rank=64"])
+    assert merged == ["method=hilo", "model.rank=8", "scenario=x"]
+
+
+@pytest.mark.parametrize("override, key", [
+    (["net.rate=10mbps"], "net.rate"),
+    (["net.rate=-5mbit"], "net.rate"),
+    (["net.loss=150%"], "net.loss"),
+    (["net.delay=20parsecs"], "net.delay"),
+    (["compressor.budget=0"], "compressor.budget"),
+    (["compressor.budget=1.5"], "compressor.budget"),
+    (["model.rank=0"], "model.rank"),
+    (["model.rank=100000"], "model.rank"),
+    (["model=hf", "model.path=/nonexistent/model"], "model.path"),
+    (["net.backend=carrier-pigeon"], "net.backend"),
+    (["compressor.dtype=fp8"], "compressor.dtype"),
+])
+def test_bad_values_name_key_and_value(override, key):
+    cfg = compose_config(override)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    message = str(err.value)
+    assert message.startswith(key), message
+    assert "\n" not in message
+
+
+def test_more_clients_than_data_is_rejected():
+    if "spra" not in group_options("method"):
+        pytest.skip("federated methods not present")
+    cfg = compose_config(["method=spra", "task=federated", "federated.clients=50", "task.examples=10"])
+    with pytest.raises(ConfigError, match="federated.clients"):
+        validate(cfg)
+
+
+@pytest.mark.parametrize("arg, key", [("method=nonesuch", "method"), ("compressor=zip", "compressor"),
+                                      ("task=chess", "task"), ("model=gpt9", "model"),
+                                      ("scenario=nope", "scenario")])
+def test_unknown_names_on_the_command_line_give_one_line(arg, key):
+    out = subprocess.run([sys.executable, "-m", "harness", arg], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"error: {key}:") and arg.split("=")[1] in lines[0]
+    assert "Traceback" not in out.stderr
