@@ -9,6 +9,7 @@ process may create namespaces (root or CAP_NET_ADMIN) is checked live every call
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -117,24 +118,23 @@ def _probe_kernel() -> dict:
     from pyroute2 import IPRoute, netns
     from netem.names import allocate_prefix
 
-    name = f"{allocate_prefix()}-caps"
     notes: dict[str, str] = {}
     found = {k: False for k in QDISC_FEATURES + LINK_FEATURES}
     try:
-        netns.create(name)
+        name = f"{allocate_prefix(first='caps')}-caps"
     except OSError as error:
         notes["netns"] = f"cannot create a network namespace: {error}"
         return {"netns": False, "qdiscs": {k: False for k in QDISC_FEATURES}, "notes": notes}
     try:
         with IPRoute(netns=name, flags=0) as ipr:
-            index = _try(found, notes, "veth", lambda: _add_veth(ipr))
+            index = _try(found, notes, "veth", lambda: _add_veth(ipr, "cv0"))
             _try(found, notes, "bridge", lambda: ipr.link("add", ifname="cbr0", kind="bridge"))
             if index is not None:
-                for kind, options in (("netem", {"delay": 1000}),
-                                      ("tbf", {"rate": "1mbit", "burst": 16384, "latency": 50000}),
-                                      ("htb", {"default": 1})):
-                    if _try(found, notes, kind, lambda: ipr.tc("add", kind, index=index, handle="1:", **options)):
-                        ipr.tc("del", kind, index=index, handle="1:")
+                for n, (kind, options) in enumerate((("netem", {"delay": 1000}),
+                                                     ("tbf", {"rate": "1mbit", "burst": 16384, "latency": 50000}),
+                                                     ("htb", {}))):
+                    veth = _add_veth(ipr, f"cq{n}")   # a fresh interface per qdisc: no replace quirks
+                    _try(found, notes, kind, lambda: ipr.tc("add", kind, index=veth, handle="1:", **options))
                 _try(found, notes, "ingress", lambda: ipr.tc("add", "ingress", index=index, handle="ffff:"))
             ifb = _try(found, notes, "ifb", lambda: _add_link(ipr, "cifb0", "ifb"))
             if index is not None and found["ingress"] and ifb is not None:
@@ -161,9 +161,10 @@ def _try(found: dict, notes: dict, feature: str, action):
 
 
 def _reason(feature: str, error: Exception) -> str:
-    if feature in ("netem", "tbf", "htb", "ingress"):
-        return f"kernel has no sch_{feature} ({error})"
-    return f"{feature} unavailable ({error})"
+    code = getattr(error, "code", None) or getattr(error, "errno", None)
+    if feature in ("netem", "tbf", "htb", "ingress") and code == errno.ENOENT:
+        return f"kernel has no sch_{feature}"
+    return f"{feature} refused: {error}"
 
 
 def _add_link(ipr, ifname: str, kind: str) -> int:
@@ -171,8 +172,8 @@ def _add_link(ipr, ifname: str, kind: str) -> int:
     return ipr.link_lookup(ifname=ifname)[0]
 
 
-def _add_veth(ipr) -> int:
-    ipr.link("add", ifname="cv0", kind="veth", peer="cv1")
-    index = ipr.link_lookup(ifname="cv0")[0]
+def _add_veth(ipr, ifname: str) -> int:
+    ipr.link("add", ifname=ifname, kind="veth", peer=f"{ifname}p")
+    index = ipr.link_lookup(ifname=ifname)[0]
     ipr.link("set", index=index, state="up")
     return index

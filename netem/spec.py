@@ -34,7 +34,7 @@ class LinkSpecError(ValueError):
 
 def _split(text: str, field: str, what: str, allowed: str) -> tuple[float, str]:
     match = _NUMBER_UNIT.match(text)
-    if match is None:
+    if match is None or not math.isfinite(float(match.group(1))):
         raise LinkSpecError(field, text, f"is not {what}; {allowed}")
     return float(match.group(1)), match.group(2).lower()
 
@@ -64,7 +64,7 @@ def parse_rate(text: str | float | int | None, field: str = "rate") -> float | N
 
 def parse_time(text: str | float | int | None, field: str = "delay") -> float:
     """Time in seconds (>= 0). None or "" is 0."""
-    allowed = "use e.g. 500us, 20ms, 1s (units: us, ms, s; a Python number is seconds)"
+    allowed = "use e.g. 500us, 20ms, 1s (units: us, ms, s)"
     if text is None or (isinstance(text, str) and text.strip() == ""):
         return 0.0
     if isinstance(text, str):
@@ -83,7 +83,7 @@ def parse_time(text: str | float | int | None, field: str = "delay") -> float:
 
 def parse_loss(text: str | float | int | None, field: str = "loss") -> float:
     """Loss probability as a fraction in [0, 1]. None or "" is 0."""
-    allowed = "use a percentage from 0% to 100%, e.g. 0.1% (a Python number is a fraction 0..1)"
+    allowed = "use a percentage from 0% to 100%, e.g. 0.1%"
     if text is None or (isinstance(text, str) and text.strip() == ""):
         return 0.0
     if isinstance(text, str):
