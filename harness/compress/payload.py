@@ -80,7 +80,10 @@ def bytes_to_tensor(data: bytes | memoryview, dtype: str, shape: tuple[int, ...]
     size = torch.empty((), dtype=torch_dtype).element_size()
     if len(data) % size:
         raise PayloadError(f"section of {len(data)} bytes is not a whole number of {dtype} elements")
-    flat = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy()).view(torch_dtype)
+    if len(data) == 0:
+        flat = torch.empty(0, dtype=torch_dtype)
+    else:
+        flat = torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy()).view(torch_dtype)
     return flat.reshape(shape) if shape is not None else flat
 
 
