@@ -165,6 +165,15 @@ class TokenBucket:
             time.sleep(wait)
 
 
+FRAME_BYTES = 1514        # one full TCP segment on the wire as tc counts it (Ethernet header, no FCS)
+SEGMENT_BYTES = 1448      # its payload: 1500 MTU - 20 IPv4 - 20 TCP - 12 TCP timestamps
+
+
+def framed_bytes(nbytes: int) -> int:
+    """Bytes a payload costs on an Ethernet link carrying TCP/IPv4 (what the userspace pacer charges)."""
+    return -(-nbytes * FRAME_BYTES // SEGMENT_BYTES)
+
+
 def chunk_bytes(rate_bps: float | None) -> int:
     """Chunk size for pacing at ``rate_bps``: ~10 ms of the link, 8 KiB .. 1 MiB; 0 = one piece."""
     if rate_bps is None:

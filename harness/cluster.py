@@ -1,0 +1,282 @@
+"""Start one process per role, each on its own emulated link, joined by torch.distributed (gloo).
+
+    launch(roles, "pkg.module:function", payload, backend="auto", run_dir=..., hang_timeout_s=180)
+
+roles[0] is the hub (learner or server). Per backend:
+  netem / tc  a StarTopology (netem/) is built, one namespace per role; each role process is
+              started as ``ip netns exec <ns> python -m harness.role ...`` so it is inside its
+              namespace before torch is imported, with GLOO_SOCKET_IFNAME=<its veth> and
+              MASTER_ADDR=<the hub's address>. Needs root (CAP_NET_ADMIN).
+  userspace   plain processes on loopback; the transport paces bytes (lower fidelity).
+  model       plain processes on loopback, nothing paced; transfer times are modelled.
+  auto        the best this machine allows (netem > tc > userspace), said in one loud line.
+
+The resolved payload (``{"cfg": ..., "keys": ...}`` or a bare config dict) goes to the
+children in ``<run_dir>/cluster/payload.json``; their logs go to ``<run_dir>/logs/<role>.log``.
+Any child exiting non-zero stops the others and the run is ``failed`` with the reason; so is
+a run where no role progresses for ``hang_timeout_s``; SIGINT/SIGTERM to the parent stops
+everything and returns ``interrupted``. The topology is always removed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.links import LinkTable
+from harness.supervise import RoleProcess, start, stop_all, watch
+from netem.spec import LinkSpec
+
+BACKENDS = ("auto", "netem", "tc", "userspace", "model")
+STARTUP_TIMEOUT_S = 180.0      # importing torch in N processes on 2 cores is slow
+WAIT_MARGIN_S = 30.0           # the children's own timeouts exceed the parent's hang limit by this
+_DEVICE = re.compile(r"^(cpu|auto|cuda(:[0-9]+)?)$")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+WHY = {
+    "netem": "kernel netem: rate, delay, jitter and loss in the kernel",
+    "tc": "kernel tbf shapes the rate; delay/jitter added per message by the transport",
+    "userspace": "loopback, bytes paced by the transport (lower fidelity: no kernel queues, no TCP dynamics)",
+    "model": "no shaping: transfer times are modelled as delay + bytes*8/rate (fluid, fair sharing)",
+}
+
+
+class ClusterError(ValueError):
+    """Bad launch input or a backend this machine cannot run; raised before anything is created."""
+
+
+@dataclass
+class RoleSpec:
+    """One role: its name, its link (up = egress at the role, down = towards it) and device."""
+
+    name: str                 # "learner", "worker0", "server", "client3"
+    up: LinkSpec
+    down: LinkSpec
+    device: str = "cpu"       # cpu | auto | cuda | cuda:i (a GPU only where one exists)
+
+
+@dataclass
+class ClusterResult:
+    """How a launch ended. qdiscs: `tc qdisc show` per namespace; caps: netem.caps as a dict."""
+
+    status: str               # ok | failed | interrupted
+    reason: str
+    backend: str
+    qdiscs: dict[str, str]
+    caps: dict
+    seconds: float
+    topology: dict = field(default_factory=dict)      # netem StarTopology.describe() (kernel backends)
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    log_dir: str = ""
+
+
+def resolve_backend(requested: str, caps=None) -> tuple[str, str]:
+    """(backend, why) for ``requested``; a kernel backend this machine cannot run is a ClusterError."""
+    from netem import caps as caps_mod
+
+    if requested not in BACKENDS:
+        raise ClusterError(f"net.backend: {requested!r} is not allowed; choose one of {', '.join(BACKENDS)}")
+    caps = caps or caps_mod.probe()
+    if requested == "auto":
+        best = caps.best_backend()
+        if best == "userspace":
+            cause = "not root (no CAP_NET_ADMIN)" if not caps.root else "kernel cannot shape links"
+            return best, f"auto: {cause}; {WHY[best]}"
+        if best == "tc":
+            return best, f"auto: root, no sch_netem; {WHY[best]}"
+        return best, f"auto: {WHY[best]}"
+    if requested in ("netem", "tc"):
+        if not caps.root:
+            raise ClusterError(f"net.backend: {requested!r} needs root (CAP_NET_ADMIN) to build namespaces and "
+                               f"qdiscs; run as root or use net.backend=userspace (or auto)")
+        if not caps.netns:
+            raise ClusterError(f"net.backend: {requested!r} cannot create network namespaces here "
+                               f"({caps.notes.get('netns', 'unknown reason')}); use net.backend=userspace")
+        if not caps.qdiscs.get("netem" if requested == "netem" else "tbf"):
+            missing = "sch_netem" if requested == "netem" else "sch_tbf"
+            raise ClusterError(f"net.backend: {requested!r} needs {missing}, which this kernel lacks; "
+                               f"use net.backend={caps.best_backend()}")
+    return requested, f"asked for; {WHY[requested]}"
+
+
+def check_roles(roles: list[RoleSpec], entry: str, backend: str) -> None:
+    """Raise ClusterError for the first bad role, entry or link setting."""
+    if not roles:
+        raise ClusterError("roles: at least one role is needed (roles[0] is the hub)")
+    names = [r.name for r in roles]
+    for r in roles:
+        if not _NAME.match(r.name):
+            raise ClusterError(f"role name: {r.name!r} is not allowed; use 1-64 of A-Z a-z 0-9 _ . -")
+        if not _DEVICE.match(r.device):
+            raise ClusterError(f"model.device: {r.device!r} (role {r.name}) is not allowed; use cpu, auto, cuda or cuda:<i>")
+        for side in ("up", "down"):
+            spec = getattr(r, side)
+            if spec.loss and backend != "netem":
+                raise ClusterError(f"net loss of {r.name}.{side}: {spec.loss * 100:g}% cannot be emulated on the "
+                                   f"{backend} backend (only netem drops packets); use loss 0% or net.backend=netem")
+    if len(set(names)) != len(names):
+        raise ClusterError(f"roles: names must be unique, got {names}")
+    module, sep, function = entry.partition(":")
+    if not sep or not module or not function.isidentifier():
+        raise ClusterError(f"entry: {entry!r} is not 'package.module:function'")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise ClusterError(f"entry: module {module!r} of {entry!r} cannot be found on sys.path")
+
+
+def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "auto", run_dir: Path,
+           hang_timeout_s: float = 180.0, progress: bool = True) -> ClusterResult:
+    """Run ``entry(ctx)`` in one process per role on emulated links; always tears everything down."""
+    t0 = time.monotonic()
+    resolved, why = resolve_backend(backend)
+    check_roles(roles, entry, resolved)
+    if not hang_timeout_s > 0:
+        raise ClusterError(f"net.hang_timeout_s: {hang_timeout_s!r} must be > 0 (seconds without progress)")
+    try:
+        json.dumps(payload)
+    except (TypeError, ValueError) as err:
+        raise ClusterError(f"payload: must be JSON-serialisable (plain dicts, lists, numbers, strings): {err}") from err
+    from netem import caps as caps_mod
+
+    caps = caps_mod.probe().to_dict()
+    print(f"[narrowband] cluster: {len(roles)} roles, link backend {resolved.upper()} ({why})", flush=True)
+    run_dir = Path(run_dir)
+    (run_dir / "cluster").mkdir(parents=True, exist_ok=True)
+    result = ClusterResult("failed", "", resolved, {}, caps, 0.0, log_dir=str(run_dir / "logs"))
+    procs: list[RoleProcess] = []
+    with ExitStack() as stack:
+        stack.callback(_restore_signals, _install_signals())
+        try:
+            places = _places(roles, resolved, stack, result)
+            payload_path = _write_payload(run_dir, roles, entry, payload, resolved, places, hang_timeout_s)
+            env = _base_env(len(roles), places[0]["addr"], _master_port(resolved))
+            for rank, (role, place) in enumerate(zip(roles, places)):
+                cmd = [*place["prefix"], sys.executable, "-m", "harness.role", str(payload_path), str(rank)]
+                role_env = {**env, "RANK": str(rank), "GLOO_SOCKET_IFNAME": place["ifname"], "NARROWBAND_ROLE": role.name}
+                with _signals_held():            # a started child is always in `procs`
+                    procs.append(start(role.name, rank, cmd, role_env, run_dir / "logs" / f"{role.name}.log"))
+            result.status, result.reason = watch(procs, hang_timeout_s, STARTUP_TIMEOUT_S, progress,
+                                                 label=f"cluster[{resolved}]")
+        except _Interrupted as signal_name:
+            result.status, result.reason = "interrupted", f"{signal_name} to the launching process"
+        finally:
+            _block_signals()
+            stop_all(procs)
+            result.exit_codes = {p.name: p.popen.returncode for p in procs}
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _places(roles: list[RoleSpec], backend: str, stack: ExitStack, result: ClusterResult) -> list[dict]:
+    """Where each role runs: {prefix, ifname, addr, netns}; builds the topology for kernel backends."""
+    if backend not in ("netem", "tc"):
+        return [{"prefix": [], "ifname": "lo", "addr": "127.0.0.1", "netns": None} for _ in roles]
+    from netem.spec import LinkSpecError
+    from netem.topology import NodeSpec, StarTopology, TopologyError
+
+    try:
+        topology = stack.enter_context(StarTopology([NodeSpec(r.name, r.up, r.down) for r in roles], backend=backend))
+    except (TopologyError, LinkSpecError) as err:
+        raise ClusterError(str(err)) from err
+    result.topology = topology.describe()
+    result.qdiscs = topology.qdisc_show()
+    return [{"prefix": topology.exec_prefix(r.name), "ifname": topology.nodes[r.name].ifname,
+             "addr": topology.nodes[r.name].addr, "netns": topology.nodes[r.name].netns} for r in roles]
+
+
+def _write_payload(run_dir: Path, roles: list[RoleSpec], entry: str, payload: dict, backend: str,
+                   places: list[dict], hang_timeout_s: float) -> Path:
+    cfg = payload.get("cfg", payload) if isinstance(payload, dict) else {}
+    spec = {
+        "entry": entry, "backend": backend, "run_dir": str(run_dir), "payload": payload,
+        "seed": int(cfg.get("seed", 0) or 0) if isinstance(cfg, dict) else 0,
+        "wait_s": float(hang_timeout_s) + WAIT_MARGIN_S,
+        "links": LinkTable(tuple(r.up for r in roles), tuple(r.down for r in roles)).to_json(),
+        "roles": [{"name": r.name, "device": r.device, "netns": p["netns"], "ifname": p["ifname"] if p["netns"] else None,
+                   "addr": p["addr"]} for r, p in zip(roles, places)],
+    }
+    path = run_dir / "cluster" / "payload.json"
+    path.write_text(json.dumps(spec, indent=1, sort_keys=True))
+    return path
+
+
+def _base_env(world_size: int, master_addr: str, master_port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path.cwd())
+    env["PYTHONPATH"] = os.pathsep.join([root, env["PYTHONPATH"]]) if env.get("PYTHONPATH") else root
+    env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), WORLD_SIZE=str(world_size),
+               PYTHONUNBUFFERED="1")
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
+    return env
+
+
+def _master_port(backend: str) -> int:
+    """A free TCP port (the hub's own namespace is fresh on kernel backends: any port is free there)."""
+    if backend in ("netem", "tc"):
+        return 29500
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----- signals: SIGINT/SIGTERM end the launch as "interrupted" ----------------------------------
+class _Interrupted(BaseException):
+    pass
+
+
+_LAUNCHER_PID: list[int] = []
+
+
+def _on_signal(signum: int, frame) -> None:
+    if os.getpid() not in _LAUNCHER_PID:
+        # A forked copy of the launcher (pyroute2 forks helpers that enter namespaces) must not
+        # run the launcher's code on: die of the signal as a plain process would.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    raise _Interrupted(signal.Signals(signum).name)
+
+
+def _install_signals() -> dict:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    _LAUNCHER_PID[:] = [os.getpid()]
+    return {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signals(previous: dict) -> None:
+    """Put the caller's handlers back, then let through what arrived during teardown (to them)."""
+    if not previous:
+        return
+    for sig, handler in previous.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, list(previous))
+
+
+def _block_signals() -> None:
+    """Hold SIGINT/SIGTERM (until _restore_signals) while stopping children and removing the topology."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT, signal.SIGTERM])
+
+
+@contextmanager
+def _signals_held():
+    """Hold SIGINT/SIGTERM for a short critical section (a fork), deliver them after."""
+    main = threading.current_thread() is threading.main_thread()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT, signal.SIGTERM]) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)

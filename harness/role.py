@@ -1,0 +1,185 @@
+"""The role process: ``python -m harness.role PAYLOAD.json RANK`` (started by harness.cluster).
+
+It is already inside its network namespace when it starts (``ip netns exec``), so torch and
+gloo only ever see the role's own veth. In order: read the payload, tell the parent we
+started, import torch, join the process group (gloo, env:// rendezvous on the hub's
+address), build the RoleContext, call the entry function ``module:function`` with it, and
+leave the group after a final barrier (nobody tears down while a peer is mid-transfer).
+
+Exit status: 0 when the entry returned; 1 with the traceback on stderr when it raised (no
+teardown then: the parent stops the other roles). The parent watches the heartbeat pipe
+(its fd in $NARROWBAND_HEARTBEAT_FD): one line per event, ``start``, ``ready``, ``beat <step>``,
+``progress``, ``done``.
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+HEARTBEAT_EVERY_S = 0.5      # at most this often for repeated, unchanged beats
+HEARTBEAT_ENV = "NARROWBAND_HEARTBEAT_FD"
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; else a no-op)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except OSError:
+        pass
+
+
+class Heartbeat:
+    """Writes progress lines to the parent's pipe; repeated beats are rate-limited; never raises."""
+
+    def __init__(self, fd: int | None):
+        self.fd = fd
+        self._last = (None, 0.0)
+
+    def send(self, line: str, force: bool = True) -> None:
+        now = time.monotonic()
+        if not force and self._last[0] == line and now - self._last[1] < HEARTBEAT_EVERY_S:
+            return
+        self._last = (line, now)
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, (line + "\n").encode())
+        except OSError:
+            self.fd = None       # parent gone: PR_SET_PDEATHSIG ends us
+
+
+@dataclass
+class RoleContext:
+    """What an entry function gets: who it is, the config, the channel, the recorder.
+
+    ``device`` is ``cpu`` or ``cuda:i`` (a GPU is used only when asked for and present).
+    ``names[r]`` is the role name of rank r; ``backend`` the resolved link backend.
+    """
+
+    rank: int
+    world_size: int
+    role: str
+    device: str
+    cfg: dict
+    channel: Any                     # harness.transport.Channel
+    run_dir: Path
+    recorder: Any                    # harness.record.Recorder
+    backend: str = "userspace"
+    names: list[str] = field(default_factory=list)
+    netns: str | None = None
+    ifname: str | None = None
+    _beat: Heartbeat = field(default_factory=lambda: Heartbeat(None), repr=False)
+
+    def wire(self):
+        """This role's interface counters now (netem.counters.Counters; zeros without a namespace).
+
+        tx = bytes this role sent (its uplink), rx = bytes it received (its downlink); L2
+        frames, so the difference of two readings over a phase includes all protocol overhead.
+        """
+        from netem.counters import Counters, read
+
+        if self.netns is None or self.ifname is None:
+            return Counters(0, 0, 0, 0)
+        return read(self.ifname)     # we run inside the namespace already
+
+    def heartbeat(self, step: int) -> None:
+        """Tell the parent this role progresses (it detects hangs by silence)."""
+        self._beat.send(f"beat {int(step)}", force=False)
+
+    def progress(self) -> None:
+        """A finished transfer counts as progress too (called by the channel)."""
+        self._beat.send("progress", force=False)
+
+
+def resolve_device(requested: str, rank: int) -> str:
+    """``cpu``; ``cuda``/``auto`` -> ``cuda:<rank mod #GPUs>``; ``cuda:i``. Falls back to cpu without GPUs."""
+    if requested in ("", "cpu"):
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        if requested != "auto":
+            print(f"[role] device {requested!r} asked for but no GPU is visible: using cpu", file=sys.stderr, flush=True)
+        return "cpu"
+    count = torch.cuda.device_count()
+    index = rank % count if requested in ("auto", "cuda") else int(requested.split(":", 1)[1])
+    if index >= count:
+        print(f"[role] device {requested!r}: only {count} GPU(s); using cuda:{index % count}", file=sys.stderr, flush=True)
+        index %= count
+    torch.cuda.set_device(index)
+    return f"cuda:{index}"
+
+
+def load_entry(entry: str):
+    module, _, function = entry.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def run(payload_path: Path, rank: int) -> int:
+    """Everything a role process does; returns its exit status."""
+    spec = json.loads(Path(payload_path).read_text())
+    me = spec["roles"][rank]
+    fd = os.environ.get(HEARTBEAT_ENV)
+    beat = Heartbeat(int(fd) if fd else None)
+    beat.send("start")
+    import torch.distributed as dist        # after the namespace switch, by construction
+
+    from harness.links import LinkTable
+    from harness.record import Recorder
+    from harness.transport import Channel
+
+    world_size = len(spec["roles"])
+    wait_s = float(spec["wait_s"])
+    device = resolve_device(me["device"], rank)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=wait_s))
+    beat.send("ready")
+    run_dir = Path(spec["run_dir"])
+    payload = spec["payload"]
+    cfg = payload.get("cfg", payload)            # {"cfg": ..., "keys": ...} or the config itself
+    keys = {**(payload.get("keys") or {}), "backend": spec["backend"]}
+    ctx = RoleContext(rank=rank, world_size=world_size, role=me["name"], device=device, cfg=cfg,
+                      channel=None, run_dir=run_dir, recorder=Recorder(run_dir, keys, me["name"]),
+                      backend=spec["backend"], names=[r["name"] for r in spec["roles"]],
+                      netns=me.get("netns"), ifname=me.get("ifname"), _beat=beat)
+    ctx.channel = Channel(rank, world_size, LinkTable.from_json(spec["links"]), spec["backend"],
+                          seed=int(spec.get("seed", 0)), wait_s=wait_s, on_progress=ctx.progress)
+    load_entry(spec["entry"])(ctx)
+    ctx.recorder.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    beat.send("done")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m harness.role PAYLOAD.json RANK", file=sys.stderr)
+        raise SystemExit(2)
+    set_parent_death_signal()
+    try:
+        status = run(Path(argv[0]), int(argv[1]))
+    except BaseException:                     # noqa: BLE001 - the traceback is the report
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)                           # no teardown: peers may be stuck; the parent cleans up
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(status)
+
+
+if __name__ == "__main__":
+    main()

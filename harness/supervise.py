@@ -1,0 +1,200 @@
+"""Role processes as the parent sees them: start one, watch them all, stop them all.
+
+Each child runs in its own session (so a terminal's Ctrl-C reaches only the parent, which
+then stops the children in order) and gets PR_SET_PDEATHSIG(SIGKILL), so it dies with the
+thread that started it even when the parent is killed with SIGKILL. Its stdout and stderr
+go to ``<run_dir>/logs/<role>.log``; it reports progress on a pipe (see harness.role).
+
+``watch`` returns ("ok", "") when every child exited 0, ("failed", reason) when one exited
+non-zero (the reason names the role, its exit status and the last lines of its log) or
+when nothing progressed for the hang timeout.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from harness.role import HEARTBEAT_ENV, PR_SET_PDEATHSIG
+
+STOP_GRACE_S = 3.0
+TAIL_LINES = 12
+# Lines by which a role says a peer went away: such a role is a victim, not the cause.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+             "Application timeout caused pair closure", "TransportError")
+
+
+@dataclass
+class RoleProcess:
+    """A started child. ``last`` is its latest heartbeat line; ``ready`` once it joined the group."""
+
+    name: str
+    rank: int
+    popen: subprocess.Popen
+    log_path: Path
+    beat_fd: int
+    last: str = "start?"
+    step: int | None = None          # latest step of a `beat <step>` line
+    ready: bool = False
+    heard: float = field(default_factory=time.monotonic)
+    _partial: bytes = b""
+
+    def describe_exit(self) -> str:
+        code = self.popen.returncode
+        if code is None:
+            return "is running"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def tail(self, lines: int = TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.rstrip().splitlines()[-lines:]) or "(empty log)"
+
+
+def _child_setup() -> None:
+    """Runs in the forked child before exec: die with the parent (SIGKILL); a clean signal mask.
+
+    The launcher holds SIGINT/SIGTERM blocked while it forks (so a started child is always
+    tracked); exec keeps the mask, so it is cleared here or SIGTERM could not stop the child.
+    """
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def start(name: str, rank: int, cmd: list[str], env: dict[str, str], log_path: Path) -> RoleProcess:
+    """Start one role process with a heartbeat pipe; its output goes to ``log_path``."""
+    read_fd, write_fd = os.pipe()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(cmd, env={**env, HEARTBEAT_ENV: str(write_fd)}, stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                     start_new_session=True, preexec_fn=_child_setup)
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    return RoleProcess(name, rank, popen, log_path, read_fd)
+
+
+def watch(procs: list[RoleProcess], hang_timeout_s: float, startup_timeout_s: float,
+          progress: bool = True, label: str = "cluster") -> tuple[str, str]:
+    """Wait until all children exit 0 (ok), one fails, or nothing progresses for too long."""
+    selector = selectors.DefaultSelector()
+    for proc in procs:
+        selector.register(proc.beat_fd, selectors.EVENT_READ, proc)
+    last_progress = time.monotonic()
+    bar = tqdm(total=len(procs), desc=f"{label}: starting roles", unit="role", disable=not progress,
+               leave=False, mininterval=1.0)
+    try:
+        while True:
+            for key, _ in selector.select(timeout=0.1):
+                if _read_beats(key.data, selector):
+                    last_progress = time.monotonic()
+            _update_bar(bar, procs, label)
+            failed = [p for p in procs if p.popen.poll() not in (None, 0)]
+            if failed:
+                culprit = min(failed, key=_blame_rank)
+                return "failed", (f"role {culprit.name} (rank {culprit.rank}) {culprit.describe_exit()}; "
+                                  f"last lines of {culprit.log_path}:\n{culprit.tail()}")
+            if all(p.popen.returncode == 0 for p in procs):
+                return "ok", ""
+            silent = time.monotonic() - last_progress
+            limit = hang_timeout_s if all(p.ready for p in procs) else max(hang_timeout_s, startup_timeout_s)
+            if silent > limit:
+                now = time.monotonic()
+                heard = ", ".join(f"{p.name} '{p.last}' {now - p.heard:.0f}s ago" for p in procs)
+                return "failed", f"hang: no progress from any role for {silent:.0f}s (limit {limit:.0f}s); last heard: {heard}"
+    finally:
+        bar.close()
+        selector.close()
+
+
+def _read_beats(proc: RoleProcess, selector: selectors.BaseSelector) -> bool:
+    """Consume heartbeat lines of one child; True when at least one arrived."""
+    try:
+        data = os.read(proc.beat_fd, 65536)
+    except BlockingIOError:
+        return False
+    except OSError:
+        data = b""
+    if not data:
+        selector.unregister(proc.beat_fd)
+        return False
+    lines = (proc._partial + data).split(b"\n")
+    proc._partial = lines.pop()
+    for line in lines:
+        text = line.decode(errors="replace").strip()
+        if text:
+            proc.last, proc.heard = text, time.monotonic()
+            if text.startswith("beat "):
+                proc.step = int(text.split()[1])
+            proc.ready = proc.ready or text in ("ready", "done") or text.startswith(("beat", "progress"))
+    return bool(lines)
+
+
+def _blame_rank(proc: RoleProcess) -> tuple[int, int]:
+    """Order failed children by how likely they are the cause: killed > own error > peer gone."""
+    if proc.popen.returncode < 0:
+        return (0, proc.rank)
+    tail = proc.tail(40)
+    return (2 if any(s in tail for s in PEER_GONE) else 1, proc.rank)
+
+
+def _update_bar(bar, procs: list[RoleProcess], label: str) -> None:
+    """Roles ready out of all, then each role's latest step; redrawn only when something changed."""
+    if bar.disable:
+        return
+    ready = sum(p.ready for p in procs)
+    steps = " ".join(f"{p.name}:{p.step}" for p in procs if p.step is not None)
+    if (ready, steps) == getattr(bar, "_nb_shown", None):
+        return
+    bar._nb_shown = (ready, steps)
+    bar.n = ready
+    if ready == len(procs):
+        bar.set_description_str(f"{label}: running", refresh=False)
+    bar.set_postfix_str(steps, refresh=False)
+    bar.refresh()
+
+
+def stop_all(procs: list[RoleProcess], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every live child's process group, SIGKILL after ``grace_s``, reap, close pipes."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.popen.wait()
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)        # stragglers the child itself started
+        try:
+            os.close(proc.beat_fd)
+        except OSError:
+            pass
+
+
+def _signal_group(proc: RoleProcess, sig: int) -> None:
+    try:
+        os.killpg(proc.popen.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

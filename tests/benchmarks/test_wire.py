@@ -1,0 +1,77 @@
+"""Wire efficiency of the emulated links: ideal time / measured time of one transfer.
+
+    .venv/bin/python -m pytest tests/benchmarks/test_wire.py --benchmark-enable -s
+
+One launch per backend (the kernel one, netem or tc, when root; userspace always): the hub,
+unshaped, sends to three nodes whose downlinks are 1, 10 and 100 mbit, one node at a time,
+three times each, with payloads sized for ~2 s at the link's rate. Efficiency is the
+median over repetitions of ideal_s / seconds, where ideal_s = bytes*8/rate (payload bytes
+against the configured L2 rate, so TCP/IP and Ethernet overhead count as loss) and seconds
+is the receiver's time from both sides ready to delivery. Wire overhead is interface rx
+bytes / payload bytes (kernel backends only). The benchmark's own timing is the whole launch
+(process start included); the figures are in extra_info and printed. With benchmarks
+disabled (the default in pyproject) it skips at once.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from harness.cluster import RoleSpec, launch
+from netem.spec import LinkSpec
+
+RATES_MBIT = (1, 10, 100)
+SECONDS_PER_TRANSFER = 2.0
+REPEAT = 3
+
+
+def measure(backend: str, run_dir: Path) -> dict:
+    """One launch; returns {rate: {efficiency, seconds, ideal_s, payload_bytes, wire_overhead}}."""
+    roles = [RoleSpec("hub", LinkSpec(), LinkSpec())]
+    roles += [RoleSpec(f"n{m}mbit", LinkSpec(), LinkSpec(rate_bps=m * 1e6)) for m in RATES_MBIT]
+    probes = [{"op": "send", "dst": i + 1, "nbytes": int(m * 1e6 / 8 * SECONDS_PER_TRANSFER), "repeat": REPEAT}
+              for i, m in enumerate(RATES_MBIT)]
+    result = launch(roles, "harness.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
+                    backend=backend, run_dir=run_dir, hang_timeout_s=120, progress=False)
+    assert result.status == "ok", result.reason
+    records = json.loads((run_dir / "selftest" / "probe.json").read_text())["records"]
+    figures = {}
+    for i, m in enumerate(RATES_MBIT):
+        mine = [r for r in records if r["receivers"] == [i + 1]]
+        assert len(mine) == REPEAT and all(r["intact"] for r in mine)
+        wire = statistics.median(r["wire_bytes_rx"] for r in mine)
+        figures[f"{m}mbit"] = {
+            "efficiency": round(statistics.median(r["ideal_s"] / r["seconds"] for r in mine), 4),
+            "seconds": [round(r["seconds"], 4) for r in mine],
+            "ideal_s": round(mine[0]["ideal_s"], 4),
+            "payload_bytes": mine[0]["payload_bytes"],
+            "wire_overhead": round(wire / mine[0]["payload_bytes"], 4) if wire else None,
+        }
+    return figures
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kind", ["kernel", "userspace"])
+def test_wire_efficiency(benchmark, kind, tmp_path):
+    if benchmark.disabled:
+        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable")
+    from netem.caps import probe
+
+    backend = "userspace"
+    if kind == "kernel":
+        caps = probe()
+        if caps.best_backend() == "userspace":
+            pytest.skip("kernel backends need root and tbf or netem (see `python -m netem check`)")
+        backend = caps.best_backend()
+    benchmark.group = "wire efficiency"
+    figures = benchmark.pedantic(measure, args=(backend, tmp_path), rounds=1, iterations=1)
+    benchmark.extra_info.update(backend=backend, **figures)
+    print(f"\nwire efficiency ({backend}; ideal/measured, median of {REPEAT}; wire overhead = rx bytes/payload):")
+    for rate, f in figures.items():
+        print(f"  {rate:>8}: efficiency {f['efficiency']:.3f}  ideal {f['ideal_s']:.3f} s  measured {f['seconds']} s"
+              f"  payload {f['payload_bytes']} B  wire overhead {f['wire_overhead']}")
+    for rate, f in figures.items():
+        assert 0.5 < f["efficiency"] < 1.2, (rate, f)
