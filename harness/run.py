@@ -103,24 +103,6 @@ def run_id_of(cfg: DictConfig, variant: str) -> str:
     return f"{variant}-{digest}"
 
 
-def resolve_backend(requested: str) -> tuple[str, str]:
-    """(backend, why). ``auto`` takes the best the machine allows and says so."""
-    from netem.caps import probe
-
-    caps = probe()
-    if requested != "auto":
-        return requested, f"net.backend={requested} (asked for)"
-    best = caps.best_backend()
-    if best == "userspace":
-        why = ("not root: no namespaces or qdiscs; processes on loopback, bytes paced in the transport"
-               if not caps.root else "this kernel cannot shape links; bytes paced in the transport")
-    elif best == "tc":
-        why = "kernel has no sch_netem: rate shaped by tbf in the kernel, delay/jitter added by the transport"
-    else:
-        why = "kernel netem: rate, delay, jitter and loss in the kernel"
-    return best, why
-
-
 def role_specs(cfg: DictConfig):
     """The hub and one node per worker/client, each with its uplink and downlink LinkSpec."""
     from harness.cluster import RoleSpec
@@ -188,7 +170,7 @@ def run_metadata(cfg: DictConfig, command: str) -> dict[str, Any]:
         "kernel": platform.release(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
-        "capabilities": probe().__dict__ if hasattr(probe(), "__dict__") else str(probe()),
+        "capabilities": probe().to_dict(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -211,10 +193,16 @@ def _prepare_dir(run_dir: Path, resume: bool) -> bool:
 
 def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) -> Outcome:
     """Validate, launch, record. Never raises for a failed run: the outcome says it."""
-    from harness.cluster import launch
+    from harness.cluster import ClusterError, check_roles, launch, resolve_backend
     from netem.topology import clean
 
     validate(cfg)
+    roles, entry = role_specs(cfg), ENTRIES[cfg.method.kind]
+    try:
+        backend, why = resolve_backend(cfg.net.backend)
+        check_roles(roles, entry, backend)
+    except ClusterError as err:
+        raise ConfigError(str(err)) from None
     run_id = cfg.run_id or run_id_of(cfg, variant)
     run_dir = project_root() / cfg.out_dir / scenario / run_id
     if not _prepare_dir(run_dir, bool(cfg.resume)):
@@ -223,8 +211,6 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) 
     removed = clean()
     if removed:
         print(f"[narrowband] removed leftovers of earlier runs: {', '.join(removed)}", flush=True)
-    backend, why = resolve_backend(cfg.net.backend)
-    print(f"[narrowband] link backend: {backend} ({why})", flush=True)
     OmegaConf.set_struct(cfg, False)
     cfg.scenario, cfg.variant = scenario, variant
     command = "python -m harness " + " ".join(shlex.quote(o) for o in _display(overrides))
@@ -236,7 +222,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) 
     payload = {"cfg": meta["config"], "keys": keys}
     t0 = time.time()
     try:
-        result = launch(role_specs(cfg), ENTRIES[cfg.method.kind], payload, backend=backend,
+        result = launch(roles, entry, payload, backend=backend,
                         run_dir=run_dir, hang_timeout_s=float(cfg.net.hang_timeout_s),
                         progress=bool(cfg.progress))
         status, reason = result.status, result.reason

@@ -67,6 +67,13 @@ class Run:
         """The exact command that produced the run (run.json ``command``), else the plain one."""
         return str(self.meta.get("command") or f"python -m harness scenario={self.scenario}")
 
+    def config_columns(self) -> dict[str, Any]:
+        """Config knobs the tables need that rows do not carry (NaN/"" when run.json lacks them)."""
+        method = self.config.get("method", {})
+        return {"lr_rule": str(method.get("lr_rule") or ""),
+                "resample_every": float(method.get("resample_every", float("nan")) or 0),
+                "sync_dtype": str(method.get("sync_dtype") or "")}
+
     @property
     def ref_rank(self) -> float:
         """The scenario's training rank (``model.rank``); a ``lowrank`` run trains below it."""
@@ -100,11 +107,11 @@ class Collection:
     def backends(self) -> list[str]:
         return sorted({r.backend for r in self.ok_runs})
 
-    def commands(self, scenario: str) -> list[str]:
-        """Distinct commands of the ok runs of one scenario, in run order."""
+    def commands(self, scenario: str, backend: str | None = None) -> list[str]:
+        """Distinct commands of the ok runs of one scenario (and backend), in run order."""
         seen: dict[str, None] = {}
         for r in self.ok_runs:
-            if r.scenario == scenario:
+            if r.scenario == scenario and backend in (None, r.backend):
                 seen.setdefault(r.command, None)
         return list(seen) or [f"python -m harness scenario={scenario}"]
 
@@ -164,6 +171,8 @@ def collect(results_dir: Path | str) -> Collection:
             frame["command"] = r.command
             frame["ref_rank"] = r.ref_rank
             frame["kind"] = r.kind
+            for column, value in r.config_columns().items():
+                frame[column] = value
             frames.append(frame)
     rows = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
     return Collection(results_dir, runs, rows)

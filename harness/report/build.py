@@ -1,0 +1,105 @@
+"""``build_report(results_dir)``: runs -> tables (CSV) -> plots (PNG, PDF) -> summary.md.
+
+Reads only ``results_dir/runs`` (and ``results_dir/tables/snr.csv`` when present); writes
+``results_dir/tables/{hilo,spra,sweep[,backends]}.csv``, ``results_dir/plots/*.{png,pdf}``
+and ``results_dir/summary.md``. Idempotent: running it twice gives the same files.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from harness.report import plots as P
+from harness.report.claims import claims_frame, verdict
+from harness.report.collect import Collection, collect
+from harness.report.metrics import federated_curves, onpolicy_curves
+from harness.report.summary import short_reason, write_summary
+from harness.report.tables import Tables, build_tables, write_tables
+
+
+def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool = False) -> P.PlotLog:
+    """Every figure that the collected results allow; the log says what was skipped and why."""
+    log = P.PlotLog()
+    op, fed = onpolicy_curves(coll.rows), federated_curves(coll.rows)
+    steps = [
+        ("quality vs bytes", lambda: P.plot_quality_vs_bytes(op, plots_dir, log)),
+        ("quality vs time", lambda: P.plot_quality_vs_time(op, plots_dir, log)),
+        ("speedup vs rate", lambda: P.plot_speedup_vs_rate(tables.hilo, plots_dir, log)),
+        ("bytes vs rank", lambda: P.plot_bytes_vs_rank(tables.hilo, plots_dir, log)),
+        ("spar ranks", lambda: P.plot_spar_ranks(coll.rows, plots_dir, log)),
+        ("federated vs rounds", lambda: P.plot_federated_rounds(fed, plots_dir, log)),
+        ("federated vs uplink", lambda: P.plot_federated_uplink(fed, plots_dir, log)),
+        ("snr vs rank", lambda: P.plot_snr(tables.snr, plots_dir, log)),
+    ]
+    for name, draw in tqdm(steps, desc="plots", unit="fig", disable=not progress, leave=False):
+        draw()
+    return log
+
+
+KINDS = ("quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "bytes_vs_rank", "spar_ranks",
+         "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "snr_vs_rank")
+
+
+def prune_stale(plots_dir: Path, made: list[Path]) -> list[Path]:
+    """Remove figures of ours (by name) that this build did not draw: results/ shows one build."""
+    keep = {p.resolve() for p in made}
+    stale = [p for p in sorted(Path(plots_dir).glob("*")) if p.suffix in (".png", ".pdf")
+             and p.stem.split("-")[0] in KINDS and p.resolve() not in keep]
+    for p in stale:
+        p.unlink()
+    return stale
+
+
+def build_report(results_dir: Path | str = "results", *, progress: bool = False,
+                 command: str | None = None) -> dict[str, Any]:
+    """Build every table, plot and summary.md from ``results_dir``; returns what was made.
+
+    Returned keys: ``summary`` (Path), ``tables`` (name -> DataFrame), ``csv`` (written
+    paths), ``plots`` (written paths), ``skipped`` ((plot, reason) list), ``excluded``
+    ((scenario/run_id, status, reason) list), ``runs`` and ``ok_runs`` (counts), ``backends``.
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"--results: {str(results_dir)!r} is not a directory; "
+                                "point it at the folder holding runs/ (default: results)")
+    coll = collect(results_dir)
+    tables = build_tables(coll)
+    csv = write_tables(tables, results_dir / "tables")
+    claims = claims_frame(tables)
+    claims.to_csv(results_dir / "tables" / "claims.csv", index=False)
+    csv.append(results_dir / "tables" / "claims.csv")
+    log = draw_all(coll, tables, results_dir / "plots", progress=progress)
+    prune_stale(results_dir / "plots", log.paths())
+    command = command or f"python -m harness.report --results {results_dir}"
+    summary = write_summary(coll, tables, log, results_dir / "summary.md", command)
+    return {
+        "summary": summary,
+        "tables": {"hilo": tables.hilo, "spra": tables.spra, "sweep": tables.sweep, "backends": tables.backends,
+                   "claims": claims},
+        "csv": csv,
+        "plots": log.paths(),
+        "figures": log.made,
+        "skipped": log.skipped,
+        "excluded": [(f"{r.scenario}/{r.run_id}", r.status, short_reason(r.reason)) for r in coll.excluded],
+        "runs": len(coll.runs),
+        "ok_runs": len(coll.ok_runs),
+        "backends": coll.backends(),
+    }
+
+
+def one_screen(report: dict[str, Any]) -> str:
+    """The summary printed at the end of ``python -m harness.report``."""
+    lines = [f"narrowband report: {report['ok_runs']}/{report['runs']} runs ok, "
+             f"backends: {', '.join(report['backends']) or '-'}"]
+    for _, c in report["tables"]["claims"].iterrows():
+        lines.append(f"  {c['method']}: {c['claim']}: {c['measured']} -> {verdict(c['met'])}  ({c['where']})")
+    lines.append(f"  tables: {', '.join(p.name for p in report['csv'])}; "
+                 f"plots: {len(report['plots']) // 2} figures (PNG+PDF)")
+    for name, why in report["skipped"]:
+        lines.append(f"  skipped plot {name}: {why}")
+    for run, status, reason in report["excluded"]:
+        lines.append(f"  left out {run}: {status}{(' - ' + reason) if reason else ''}")
+    lines.append(f"  summary: {report['summary']}")
+    return "\n".join(lines)

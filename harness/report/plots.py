@@ -1,0 +1,329 @@
+"""Paper figures from results/ only (PNG + PDF under ``results/plots/``).
+
+Each ``plot_*`` function takes tidy frames (harness.report.metrics / tables), draws one
+figure per scenario and backend (backends never share an axis), and records what it made
+or why it made nothing in a ``PlotLog``: absent data is a note, not an error. Curves over
+several seeds are their mean with a min-max band. Units: MB = 10^6 bytes, s, Mbit/s.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.ticker import MaxNLocator
+
+from harness.report.figkit import (QUALITY_LABELS, Figure, PlotLog, dodge, draw_series, in_order, legend,
+                                   log_axis, quality_axis, styles_of, with_series, xlabel)
+from harness.report.style import family, figure, label, save, slug, styled
+
+
+MAX_PANELS = 4
+SERIES_KEYS = ["variant", "method", "compressor", "rank", "ref_rank", "budget_frac"]
+MODULE_ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+__all__ = ["Figure", "PlotLog", "plot_quality_vs_bytes", "plot_quality_vs_time", "plot_speedup_vs_rate",
+           "plot_bytes_vs_rank", "plot_spar_ranks", "plot_federated_rounds", "plot_federated_uplink", "plot_snr"]
+
+
+def _onpolicy_text(multi_ref: bool):
+    """Legend text; the rank is named when it differs from the scenario's, or ranks vary."""
+    def text(row) -> str:
+        if multi_ref:
+            return label(row.method, row.compressor) + f" (r={int(row.rank)})"
+        return label(row.method, row.compressor, row.rank, row.ref_rank)
+    return text
+
+
+def _onpolicy_family(row) -> str:
+    return family(row.method, row.compressor)
+
+
+def _same_rate(frame: pd.DataFrame, rate: float) -> pd.DataFrame:
+    return frame[frame["rate_mbit"].isna()] if np.isnan(rate) else frame[frame["rate_mbit"] == rate]
+
+
+def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str, xtext: str,
+                         scale: float, logx: bool, kind: str, what: str) -> None:
+    if curves.empty or curves["quality"].notna().sum() == 0:
+        log.skip(kind, "no on-policy run recorded a quality metric")
+        return
+    for (scenario, backend, task), group in curves.groupby(["scenario", "backend", "task"], sort=True):
+        group = group.dropna(subset=["quality"])
+        group = with_series(group, SERIES_KEYS, _onpolicy_text(group["ref_rank"].nunique() > 1), _onpolicy_family)
+        rates = sorted(group["rate_mbit"].unique(), key=lambda r: (np.isnan(r), r))[:MAX_PANELS]
+        styles, metric = styles_of(group), group["quality_metric"].iloc[0]
+        with styled():
+            fig, axes = figure(len(rates))
+            for ax, rate in zip(axes, rates):
+                draw_series(ax, _same_rate(group, rate), x, "quality", scale, styles, positive_x=logx)
+                if logx:
+                    log_axis(ax, "x")
+                ax.set_title("unshaped" if np.isnan(rate) else f"{rate:g} Mbit/s")
+            xlabel(fig, axes, xtext)
+            quality_axis(axes[0], metric)
+            legend(fig, axes)
+            name = slug(kind, scenario, backend, task)
+            caption = (f"{QUALITY_LABELS.get(metric, metric)} vs {what}, task {task}; scenario {scenario}, "
+                       f"backend {backend}; one panel per link rate; mean over seeds (band: min-max).")
+            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+
+
+def plot_quality_vs_bytes(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """Quality vs cumulative downlink payload per worker (MB, log x): what each byte buys."""
+    _onpolicy_curve_plot(curves, out_dir, log, x="cum_bytes", xtext="Cumulative downlink payload per worker (MB)",
+                         scale=1e6, logx=True, kind="quality_vs_bytes", what="cumulative bytes shipped per worker")
+
+
+def plot_quality_vs_time(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """Quality vs cumulative update time (s): what the link costs in wall-clock."""
+    _onpolicy_curve_plot(curves, out_dir, log, x="cum_time_s", xtext="Wall-clock training time (s)",
+                         scale=1.0, logx=False, kind="quality_vs_time", what="cumulative update time")
+
+
+def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """Update speedup over full sync vs link rate (log x); one panel per training rank."""
+    data = hilo[(hilo["method"] != "full_sync") & hilo["speedup"].notna()] if len(hilo) else hilo
+    if data.empty:
+        log.skip("speedup_vs_rate", "no configuration has a full-sync baseline at its rate")
+        return
+    for (scenario, backend, task), group in data.groupby(["scenario", "backend", "task"], sort=True):
+        if group["rate_mbit"].nunique() < 2:
+            log.skip(f"speedup_vs_rate {scenario}/{backend}/{task}", "fewer than two link rates")
+            continue
+        group = with_series(group, SERIES_KEYS, _onpolicy_text(False), _onpolicy_family)
+        refs = sorted(group["ref_rank"].unique())[:MAX_PANELS]
+        styles = styles_of(group)
+        with styled():
+            fig, axes = figure(len(refs))
+            for ax, ref in zip(axes, refs):
+                for name, series in in_order(group[group["ref_rank"] == ref]):
+                    series = series.sort_values("rate_mbit")
+                    ax.plot(series["rate_mbit"], series["speedup"], label=name, **styles[name])
+                ax.axhline(1.0, color="0.4", lw=0.8, ls="--", label="full sync (1×)")
+                log_axis(ax, "x")
+                if len(refs) > 1:
+                    ax.set_title(f"training rank r = {int(ref)}")
+            xlabel(fig, axes, "Link rate (Mbit/s)")
+            axes[0].set_ylabel("Update speedup vs full sync (×)")
+            legend(fig, axes)
+            name = slug("speedup_vs_rate", scenario, backend, task)
+            caption = (f"End-to-end update speedup over full sync at the same link rate, task {task}; "
+                       f"scenario {scenario}, backend {backend}. Above 1: faster than full sync.")
+            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+
+
+def _bytes_text(budgets: int):
+    """Legend text; the byte budget is named only when several budgets are drawn."""
+    def text(row) -> str:
+        budget = f" ({row.budget_frac:.1%})" if budgets > 1 and row.budget_frac == row.budget_frac else ""
+        return label(row.method, row.compressor) + budget
+    return text
+
+
+def plot_bytes_vs_rank(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """'Train high, ship low': bytes per update (% of full sync at the scenario's rank) vs training rank."""
+    data = hilo[hilo["bytes_frac"].notna()] if len(hilo) else hilo
+    if data.empty:
+        log.skip("bytes_vs_rank", "no configuration has a full-sync baseline")
+        return
+    for (scenario, backend, task), group in data.groupby(["scenario", "backend", "task"], sort=True):
+        if group["rank"].nunique() < 2:
+            log.skip(f"bytes_vs_rank {scenario}/{backend}/{task}", "a single training rank")
+            continue
+        keys = ["method", "compressor", "budget_frac", "rank"]
+        mean = group.groupby(keys, dropna=False)[["bytes_frac"]].mean().reset_index().assign(variant="")
+        budgets = sorted(mean["budget_frac"].dropna().unique())
+        mean = with_series(mean, keys[:3], _bytes_text(len(budgets)), _onpolicy_family)
+        styles = styles_of(mean)
+        with styled():
+            fig, (ax,) = figure(1)
+            ranks = np.array(sorted(group["rank"].unique()), dtype=float)
+            if group["ref_rank"].nunique() == 1:
+                ref = float(group["ref_rank"].iloc[0])
+                ax.plot(ranks, 100 * ranks / ref, color="0.6", lw=0.8, ls=":", marker="",
+                        label="full sync at rank r (∝ r)")
+            mean["x"] = dodge(list(mean["rank"]), list(mean["bytes_frac"]))
+            for name, series in in_order(mean):
+                series = series.sort_values("rank")
+                ax.plot(series["x"], 100 * series["bytes_frac"], label=name, **styles[name])
+            log_axis(ax, "x", base=2)
+            lo = 100 * mean["bytes_frac"].min()
+            ax.set_ylim(10 ** np.floor(np.log10(min(lo, 100))), 200)
+            log_axis(ax, "y")
+            ax.set_xlabel("Training rank r")
+            ax.set_ylabel("Bytes per update (% of full sync)")
+            legend(fig, [ax], extra_ok=0)
+            name = slug("bytes_vs_rank", scenario, backend, task)
+            caption = (f"Train high, ship low: bytes per update as a percentage of full sync at the "
+                       f"scenario's training rank, vs the rank trained (points at one rank are dodged "
+                       f"sideways); dotted: the reference full sync's bytes scaled to rank r; "
+                       + (f"compression budget {', '.join(f'{b:.1%}' for b in budgets)}; " if budgets else "")
+                       + f"task {task}, scenario {scenario}, backend {backend}; mean over link rates.")
+            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+
+
+_SHORT = re.compile(r"layers?\.(\d+)\.(?:.*\.)?([A-Za-z0-9_]+)\.lora_([AB])")
+
+
+def _matrix_key(name: str) -> tuple:
+    m = _SHORT.search(name)
+    if not m:
+        return (1 << 30, 0, name)
+    module = MODULE_ORDER.index(m.group(2)) if m.group(2) in MODULE_ORDER else len(MODULE_ORDER)
+    return (int(m.group(1)), module, m.group(2), m.group(3))
+
+
+def short_matrix_name(name: str) -> str:
+    """'base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight' -> 'L0 q_proj A'."""
+    m = _SHORT.search(name)
+    return f"L{m.group(1)} {m.group(2)} {m.group(3)}" if m else name[-28:]
+
+
+def _decode(cell) -> dict | None:
+    if isinstance(cell, dict):
+        return cell
+    if isinstance(cell, str) and cell.strip().startswith("{"):
+        return json.loads(cell)
+    return None
+
+
+def spar_allocations(rows: pd.DataFrame) -> pd.Series:
+    """Spar's {matrix: rank k} per learner row: the ``spar_ranks`` column, else the ``ranks`` of
+    ``compressor_info`` in Spar runs; None where a row has neither. Index: the learner rows."""
+    hub = rows[rows["role"] == "learner"] if "role" in rows else rows.iloc[:0]
+    found = pd.Series([None] * len(hub), index=hub.index, dtype=object)
+    if "spar_ranks" in hub:
+        found = hub["spar_ranks"].map(_decode)
+    if "compressor_info" in hub:
+        spar = hub["compressor"].astype(str) == "spar" if "compressor" in hub else True
+        info = hub["compressor_info"].map(_decode).map(lambda d: d.get("ranks") if isinstance(d, dict) else None)
+        found = found.where(found.notna(), info.where(spar))
+    return found.where(found.map(lambda d: isinstance(d, dict) and len(d) > 0), None)
+
+
+def spar_rank_matrix(rows: pd.DataFrame) -> pd.DataFrame:
+    """One run's Spar allocation: matrices (rows: layer, module, A/B order) x steps (columns) -> rank k."""
+    alloc = spar_allocations(rows).dropna()
+    steps = rows.loc[alloc.index, "step"].astype(int)
+    frame = pd.DataFrame(dict(zip(steps, alloc))).fillna(0).astype(int).sort_index(axis=1)
+    return frame.loc[sorted(frame.index, key=_matrix_key)]
+
+
+def plot_spar_ranks(rows: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """Heatmap of Spar's allocated rank per matrix over steps (grey: not sent); one run per scenario/backend."""
+    alloc = spar_allocations(rows) if len(rows) else pd.Series(dtype=object)
+    if alloc.notna().sum() == 0:
+        log.skip("spar_ranks", "no run recorded Spar's ranks (spar_ranks or compressor_info)")
+        return
+    with_ranks = rows.loc[alloc.dropna().index]
+    for (scenario, backend), group in with_ranks.groupby(["scenario", "backend"], sort=True):
+        first = group.assign(_hilo=group["method"] != "hilo").sort_values(   # HiLo first, slowest link
+            ["_hilo", "rate_mbit", "seed", "run_id"]).iloc[0]
+        ranks = spar_rank_matrix(rows[rows["run_id"] == first["run_id"]])
+        kmax = max(1, int(ranks.to_numpy().max()))
+        ramp = matplotlib.colormaps["YlGnBu"]   # light = low rank, dark = high rank; grey = not sent
+        colours = ["#e6e6e6"] + [ramp(0.25 + 0.75 * i / max(1, kmax - 1)) for i in range(kmax)]
+        cmap, norm = ListedColormap(colours), BoundaryNorm(np.arange(-0.5, kmax + 1), kmax + 1)
+        with styled():
+            fig, (ax,) = figure(1, height=min(6.0, max(2.3, 0.085 * len(ranks) + 0.8)))
+            steps = ranks.columns
+            image = ax.imshow(ranks.to_numpy(), aspect="auto", interpolation="nearest", cmap=cmap, norm=norm,
+                              extent=(steps.min() - 0.5, steps.max() + 0.5, len(ranks) - 0.5, -0.5))
+            layers = [_matrix_key(n)[0] for n in ranks.index]
+            for i in range(1, len(layers)):
+                if layers[i] != layers[i - 1]:
+                    ax.axhline(i - 0.5, color="white", lw=1.0)
+            every = max(1, len(ranks) // 40)
+            ax.set_yticks(range(0, len(ranks), every))
+            ax.set_yticklabels([short_matrix_name(n) for n in ranks.index[::every]], fontsize=5.5)
+            ax.grid(False)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("Update step")
+            bar = fig.colorbar(image, ax=ax, pad=0.02, ticks=MaxNLocator(integer=True, nbins=min(kmax + 1, 8)))
+            bar.set_label("Allocated rank k (0: not sent)")
+            name = slug("spar_ranks", scenario, backend, first["variant"])
+            caption = (f"Spar's rank per gradient matrix over updates (grey: not sent), run {first['run_id']} "
+                       f"({first['rate_mbit']:g} Mbit/s); scenario {scenario}, backend {backend}.")
+            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+
+
+def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str, xtext: str,
+                    scale: float, logx: bool, kind: str, what: str) -> None:
+    if curves.empty or curves["accuracy"].notna().sum() == 0:
+        log.skip(kind, "no federated run recorded accuracy")
+        return
+    for (scenario, backend), group in curves.groupby(["scenario", "backend"], sort=True):
+        group = group.dropna(subset=["accuracy"]).rename(columns={"round": "step"})
+        if logx and not (group[x] > 0).any():
+            log.skip(f"{kind} {scenario}/{backend}", "no uplink bytes recorded")
+            continue
+        group = with_series(group, ["variant", "method", "ranks"], lambda r: label(r.method), lambda r: r.method)
+        with styled():
+            fig, (ax,) = figure(1)
+            draw_series(ax, group, x, "accuracy", scale, styles_of(group), positive_x=logx)
+            if logx:
+                log_axis(ax, "x")
+            ax.set_xlabel(xtext)
+            quality_axis(ax, "accuracy")
+            legend(fig, [ax])
+            name = slug(kind, scenario, backend)
+            ranks = ", ".join(sorted(set(group["ranks"].astype(str))))
+            caption = (f"Federated held-out accuracy vs {what}; client ranks {ranks}; scenario {scenario}, "
+                       f"backend {backend}; mean over seeds.")
+            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+
+
+def plot_federated_rounds(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """Federated accuracy vs communication round."""
+    _federated_plot(curves, out_dir, log, x="step", xtext="Round", scale=1.0, logx=False,
+                    kind="fed_accuracy_vs_rounds", what="communication rounds")
+
+
+def plot_federated_uplink(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """Federated accuracy vs cumulative uplink payload of all clients (MB, log x)."""
+    _federated_plot(curves, out_dir, log, x="cum_uplink_bytes", xtext="Cumulative uplink payload, all clients (MB)",
+                    scale=1e6, logx=True, kind="fed_accuracy_vs_uplink", what="cumulative uplink bytes")
+
+
+def short_module_name(name: str) -> str:
+    """'model.layers.0.self_attn.q_proj' -> 'L0 q_proj' (other names unchanged)."""
+    m = re.search(r"layers?\.(\d+)\.(?:.*\.)?([A-Za-z0-9_]+)$", str(name))
+    return f"L{m.group(1)} {m.group(2)}" if m else str(name).removeprefix("model.")
+
+
+def plot_snr(snr: pd.DataFrame | None, out_dir: Path, log: PlotLog) -> None:
+    """SNR of the projected gradient vs LoRA rank (log-log): one series per module when snr.csv
+    has a ``module`` column, the theory ``snr_theory`` dotted and a ``fit`` dashed when present."""
+    if snr is None or snr.empty:
+        log.skip("snr_vs_rank", "results/tables/snr.csv absent (or without rank, snr columns)")
+        return
+    groups = list(snr.groupby("module", sort=False)) if "module" in snr else [("measured", snr)]
+    colours = ["#D55E00", "#0072B2", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#999999"]
+    with styled():
+        fig, (ax,) = figure(1, height=2.6)
+        for i, (module, t) in enumerate(groups):
+            t = t.sort_values("rank")
+            colour = colours[i % len(colours)]
+            text = short_module_name(module) + (f" (d_in={int(t['d_in'].iloc[0])})" if "d_in" in t else "")
+            ax.plot(t["rank"], t["snr"], "o-", color=colour, ms=3, lw=0.9, label=text)
+            if "snr_theory" in t and t["snr_theory"].notna().any():
+                ax.plot(t["rank"], t["snr_theory"], ":", color=colour, lw=0.9)
+            if "fit" in t and t["fit"].notna().any():
+                ax.plot(t["rank"], t["fit"], "--", color=colour, lw=0.9)
+        if "snr_theory" in snr:
+            ax.plot([], [], ":", color="0.4", lw=0.9, label=r"theory $r/(d_{in}+1)$")
+        if "fit" in snr:
+            ax.plot([], [], "--", color="0.4", lw=0.9, label="fit")
+        log_axis(ax, "x", base=2)
+        log_axis(ax, "y")
+        ax.set_xlabel("LoRA rank r")
+        ax.set_ylabel(r"SNR of $G A^\top A$ vs $G$")
+        legend(fig, [ax], extra_ok=2)
+        caption = ("Signal-to-noise ratio of the randomly projected gradient against the true gradient vs "
+                   "LoRA rank (log-log; linear growth in r is a slope of 1), from tables/snr.csv.")
+        log.made.append(Figure("snr_vs_rank", caption, save(fig, out_dir, "snr_vs_rank")))

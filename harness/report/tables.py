@@ -1,0 +1,159 @@
+"""Paper tables as tidy CSVs under ``results/tables/`` (readable without our code).
+
+- ``hilo.csv``: one line per on-policy configuration (method x compressor x rate x rank),
+  with bytes per update, ``bytes_frac`` and ``speedup`` vs full sync, final quality and
+  ``quality_retained``, ``in_sync_frac`` (definitions: harness/report/metrics.py).
+- ``spra.csv``: one line per federated configuration (method x rank mix): uplink and
+  downlink bytes per round, client compute, round time, final accuracy.
+- ``sweep.csv``: the rate x rank grid view of the on-policy configurations.
+- ``backends.csv``: the same configuration run on two link backends (e.g. ``model`` vs
+  ``tc``), side by side, with the ratio of their times: how far the model backend agrees.
+
+Every table carries ``scenario`` and ``backend`` columns (backends are never averaged
+together) and the exact ``command`` that produced its runs. ``snr.csv`` (rank, snr[, fit])
+is written by the SNR check, not here; it is read if present.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.report.collect import Collection
+from harness.report.metrics import federated_table, onpolicy_table
+from harness.report.style import METHOD_ORDER
+
+HILO_COLUMNS = ["task", "method", "compressor", "rank", "rate_mbit", "bytes_per_update", "bytes_frac",
+                "update_s", "speedup", "quality", "quality_retained", "in_sync_frac"]
+HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_rank", "quality_metric",
+              "quality_std", "seeds", "updates", "workers", "time_to_target_s", "downlink_bytes_per_update",
+              "wire_bytes_per_update",
+              "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
+              "baseline_dtype", "command"]
+SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
+SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "lr_rule", "resample_every",
+              "uplink_frac_vs_fedit",
+              "compute_frac_vs_fedit", "forward_s", "backward_s", "eval_loss", "quality_std", "seeds",
+              "rounds", "uplink_bytes_total", "in_sync_frac", "command"]
+SWEEP_COLUMNS = ["rate_mbit", "rank", "method", "compressor", "speedup", "bytes_frac", "quality"]
+SWEEP_EXTRA = ["scenario", "backend", "task", "variant", "ref_rank", "budget_frac", "delay_ms", "update_s",
+               "quality_retained", "seeds"]
+BACKEND_COLUMNS = ["scenario", "variant", "method", "compressor", "rate_mbit", "rank", "backend",
+                   "reference_backend", "time_s", "reference_time_s", "time_ratio", "bytes_ratio"]
+SNR_COLUMNS = ["rank", "snr"]
+EMULATED = ("netem", "tc", "userspace")   # reference backends, best first
+
+
+@dataclass
+class Tables:
+    """The report's tables; each empty (with its columns) when no run feeds it."""
+    hilo: pd.DataFrame
+    spra: pd.DataFrame
+    sweep: pd.DataFrame
+    backends: pd.DataFrame
+    snr: pd.DataFrame | None = None
+    written: list[Path] = field(default_factory=list)
+
+
+def _order(table: pd.DataFrame, by: list[str], columns: list[str]) -> pd.DataFrame:
+    """Required columns first, then the extras present; rows in a paper's reading order."""
+    for c in columns:
+        if c not in table:
+            table[c] = np.nan
+    table = table.assign(_m=table["method"].map(METHOD_ORDER).fillna(99)) if len(table) else table.assign(_m=[])
+    table = table.sort_values([c for c in by if c in table] + ["_m"], kind="stable", na_position="first")
+    return table[columns].reset_index(drop=True)
+
+
+def hilo_table(onpolicy: pd.DataFrame) -> pd.DataFrame:
+    cols = HILO_COLUMNS + HILO_EXTRA
+    return _order(onpolicy.copy(), ["scenario", "backend", "task", "rate_mbit", "ref_rank"], cols)
+
+
+def sweep_table(onpolicy: pd.DataFrame) -> pd.DataFrame:
+    cols = SWEEP_COLUMNS + SWEEP_EXTRA
+    table = _order(onpolicy.copy(), ["scenario", "backend", "task", "rate_mbit", "rank"], cols)
+    return table.sort_values(["scenario", "backend", "method", "compressor", "rank", "rate_mbit"],
+                             kind="stable").reset_index(drop=True) if len(table) else table
+
+
+def spra_table(federated: pd.DataFrame) -> pd.DataFrame:
+    table = federated.copy()
+    if len(table) and "quality_std" in table:
+        table = table.rename(columns={"quality_std": "accuracy_std"})
+    extra = [("accuracy_std" if c == "quality_std" else c) for c in SPRA_EXTRA]
+    return _order(table, ["scenario", "backend", "task", "ranks", "rate_mbit"], SPRA_COLUMNS + extra)
+
+
+def backend_table(onpolicy: pd.DataFrame, federated: pd.DataFrame) -> pd.DataFrame:
+    """Configurations measured on more than one backend, each compared with the best emulated one."""
+    lines = []
+    sources = [(onpolicy, "update_s", "bytes_per_update", ["scenario", "variant", "method", "compressor", "task",
+                                                           "rate_mbit", "delay_ms", "rank", "budget_frac"]),
+               (federated, "round_s", "uplink_bytes", ["scenario", "variant", "method", "task", "ranks",
+                                                       "rate_mbit", "delay_ms"])]
+    for table, time_col, bytes_col, keys in sources:
+        if table.empty or table["backend"].nunique() < 2:
+            continue
+        for _, group in table.groupby(keys, dropna=False, sort=True):
+            present = list(group["backend"])
+            ref_name = next((b for b in EMULATED if b in present), None)
+            if ref_name is None or len(present) < 2:
+                continue
+            ref = group[group["backend"] == ref_name].iloc[0]
+            for _, row in group[group["backend"] != ref_name].iterrows():
+                lines.append({"scenario": row["scenario"], "variant": row["variant"], "method": row["method"],
+                              "compressor": row.get("compressor", ""), "rate_mbit": row["rate_mbit"],
+                              "rank": row.get("rank", row.get("ranks")), "backend": row["backend"],
+                              "reference_backend": ref_name, "time_s": row[time_col],
+                              "reference_time_s": ref[time_col], "time_ratio": row[time_col] / ref[time_col],
+                              "bytes_ratio": row[bytes_col] / ref[bytes_col]})
+    return pd.DataFrame(lines, columns=BACKEND_COLUMNS)
+
+
+def read_snr(tables_dir: Path) -> pd.DataFrame | None:
+    """``snr.csv`` (rank, snr[, fit]) if the SNR check wrote one; None otherwise or when malformed."""
+    path = Path(tables_dir) / "snr.csv"
+    if not path.exists():
+        return None
+    snr = pd.read_csv(path)
+    if not set(SNR_COLUMNS) <= set(snr.columns):
+        return None
+    return snr.sort_values([c for c in ("module", "rank") if c in snr], kind="stable").reset_index(drop=True)
+
+
+def snr_slopes(snr: pd.DataFrame) -> pd.DataFrame:
+    """Least-squares slope of log SNR on log rank, per module (1.0 = SNR linear in r)."""
+    groups = snr.groupby("module", sort=False) if "module" in snr else [("all", snr)]
+    rows = []
+    for module, t in groups:
+        t = t[(t["rank"] > 0) & (t["snr"] > 0)]
+        slope = float(np.polyfit(np.log(t["rank"]), np.log(t["snr"]), 1)[0]) if t["rank"].nunique() > 1 else np.nan
+        rows.append({"module": module, "slope": slope, "points": len(t)})
+    return pd.DataFrame(rows)
+
+
+def build_tables(coll: Collection) -> Tables:
+    """All tables from the collected ok runs (nothing is written)."""
+    onpolicy, federated = onpolicy_table(coll.rows), federated_table(coll.rows)
+    return Tables(hilo=hilo_table(onpolicy), spra=spra_table(federated), sweep=sweep_table(onpolicy),
+                  backends=backend_table(onpolicy, federated), snr=read_snr(coll.results_dir / "tables"))
+
+
+def write_tables(tables: Tables, tables_dir: Path) -> list[Path]:
+    """Write hilo.csv, spra.csv, sweep.csv (always, header-only when empty) and backends.csv (when any)."""
+    tables_dir = Path(tables_dir)
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in ("hilo", "spra", "sweep", "backends"):
+        frame = getattr(tables, name)
+        if name == "backends" and frame.empty:
+            (tables_dir / "backends.csv").unlink(missing_ok=True)
+            continue
+        path = tables_dir / f"{name}.csv"
+        frame.to_csv(path, index=False, float_format="%.10g")
+        written.append(path)
+    tables.written = written
+    return written
