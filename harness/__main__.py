@@ -26,7 +26,14 @@ def _app(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    if any(o.status not in ("ok", "skipped") for o in outcomes):
+    failed = [o for o in outcomes if o.status not in ("ok", "skipped")]
+    if failed:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            # an Exception lets Hydra mark this job failed and go on with the rest of the sweep
+            raise RuntimeError(f"{len(failed)} run(s) failed: {', '.join(o.run_id for o in failed)}")
         raise SystemExit(1)
 
 
