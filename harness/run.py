@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,6 +31,7 @@ RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id")
 ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
 USES_COMPRESSOR = ("hilo", "delta")
+INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
 
 
 @dataclass
@@ -80,19 +81,31 @@ def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
             raise ConfigError(f"only: {unknown[0]!r} is not a variant of scenario {scenario}; "
                               f"choose from {', '.join(variants)}")
         variants = {k: v for k, v in variants.items() if k in cfg.only}
-    if not variants:
-        return [run_one(cfg, scenario=scenario, variant=cfg.variant, overrides=overrides)]
-    composed = {}
-    for name, extra in variants.items():   # compose and validate all before running any
-        vcfg = compose_config(_merge_overrides(overrides, list(extra)))
-        validate(vcfg)
-        composed[name] = vcfg
-    outcomes = []
-    for i, (name, vcfg) in enumerate(composed.items()):
-        print(f"\n=== {scenario}: variant {i + 1}/{len(composed)}: {name} ===", flush=True)
-        outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides))
+    outcomes: list[Outcome] = []
+    try:
+        if not variants:
+            return [run_one(cfg, scenario=scenario, variant=cfg.variant, overrides=overrides)]
+        composed = {}
+        for name, extra in variants.items():   # compose and validate all before running any
+            vcfg = compose_config(_merge_overrides(overrides, list(extra)))
+            validate(vcfg)
+            composed[name] = vcfg
+        for i, (name, vcfg) in enumerate(composed.items()):
+            print(f"\n=== {scenario}: variant {i + 1}/{len(composed)}: {name} ===", flush=True)
+            outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides))
+    except KeyboardInterrupt:
+        _stop_interrupted(scenario, outcomes)
     _print_scenario_summary(scenario, outcomes)
     return outcomes
+
+
+def _stop_interrupted(scenario: str, outcomes: list[Outcome]) -> NoReturn:
+    """Ctrl-C: run_one marked the run in progress ``interrupted``; end with one line, no traceback."""
+    if outcomes:
+        _print_scenario_summary(scenario, outcomes)
+    print("[narrowband] interrupted: the run in progress is marked 'interrupted'; run the same command "
+          "again to resume (complete runs are skipped)", file=sys.stderr, flush=True)
+    raise SystemExit(INTERRUPTED_EXIT) from None
 
 
 def run_id_of(cfg: DictConfig, variant: str) -> str:

@@ -5,7 +5,6 @@ allowed, on one line; the app prints it and exits with status 2 (no traceback).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -68,6 +67,43 @@ def _check_link(key: str, node: dict) -> None:
                 raise ConfigError(str(err)) from None
 
 
+def _check_backend(net: Any) -> None:
+    """The asked-for backend can run here, and can do every link (loss needs kernel netem).
+
+    ``auto`` is resolved as the run will resolve it (netem.caps.probe().best_backend()).
+    """
+    from netem.caps import may_admin_net, probe
+    from netem.shaping import check
+    from netem.spec import LinkSpec, LinkSpecError, parse_loss, parse_rate
+
+    if net.backend in ("netem", "tc") and not may_admin_net():
+        raise ConfigError(f"net.backend: {net.backend!r} needs root (CAP_NET_ADMIN) to create namespaces "
+                          "and qdiscs; run as root or use net.backend=userspace (or auto)")
+    base = {k: net[k] for k in NODE_KEYS}
+    links = [(f"net.nodes[{i}]", {**base, **dict(node)}) for i, node in enumerate(net.nodes)] or [("net", base)]
+    lossy = [(key, link["loss"]) for key, link in links if parse_loss(link["loss"], f"{key}.loss") > 0]
+    if not lossy and net.backend not in ("netem", "tc"):
+        return
+    caps = probe()
+    backend = caps.best_backend() if net.backend == "auto" else net.backend
+    qdisc = {"netem": "netem", "tc": "tbf"}.get(net.backend)
+    if qdisc and not (caps.netns and caps.qdiscs.get(qdisc)):
+        why = caps.notes.get(qdisc if caps.netns else "netns", "not found")
+        raise ConfigError(f"net.backend: {net.backend!r} needs network namespaces and sch_{qdisc}, which this "
+                          f"machine lacks ({why}); use net.backend=auto (best here: {caps.best_backend()})")
+    if backend not in ("netem", "tc"):
+        key, loss = lossy[0]
+        raise ConfigError(f"{key}.loss: {loss!r} cannot be emulated on the {backend} backend (only kernel netem "
+                          "drops packets); use loss 0% or net.backend=netem on a kernel with sch_netem")
+    for key, link in links:
+        for side in ("rate", "up", "down"):
+            spec = LinkSpec(rate_bps=parse_rate(link[side] or link["rate"]), loss=parse_loss(link["loss"]))
+            try:
+                check(spec, backend, field=lambda name: f"{key}.{side if name == 'rate' else name}")
+            except LinkSpecError as err:
+                raise ConfigError(f"{err} (net.backend={net.backend} resolves to {backend})") from None
+
+
 def validate(cfg: Any) -> None:
     """Raise ConfigError for the first bad value of a composed config (DictConfig or dict)."""
     net, model, task, comp, method = cfg.net, cfg.model, cfg.task, cfg.compressor, cfg.method
@@ -79,9 +115,10 @@ def validate(cfg: Any) -> None:
             if k not in NODE_KEYS:
                 raise _allowed(f"net.nodes[{i}] key", k, NODE_KEYS)
         _check_link(f"net.nodes[{i}]", dict(node))
-    if net.backend in ("netem", "tc") and os.geteuid() != 0:
-        raise ConfigError(f"net.backend: {net.backend!r} needs root (CAP_NET_ADMIN) to create namespaces "
-                          "and qdiscs; run as root or use net.backend=userspace (or auto)")
+    if not float(net.hang_timeout_s) > 0:
+        raise ConfigError(f"net.hang_timeout_s: {net.hang_timeout_s!r} must be > 0 (seconds without progress "
+                          "before a run is failed)")
+    _check_backend(net)
     for group, value in (("model", model.name), ("task", task.name), ("compressor", comp.name),
                          ("method", method.name)):
         if value not in group_options(group):

@@ -1,0 +1,312 @@
+"""Emulated tier: faults injected into real runs (role processes in namespaces, shaped links).
+
+Each test starts at most one run (two for Ctrl-C + resume and for two runs at once) of the
+tiny smoke scenarios, injects one fault from a thread or from outside, and asserts what
+the run does about it (issue 8; docs/failure.md lists the outcomes). Runs are kept short:
+one worker or two clients, few steps, no periodic evaluation. Namespaces and processes of
+each run are checked gone afterwards (conftest guards + explicit asserts).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from reliability_helpers import (ROOT, Injector, all_namespaces, kill_tree, learner_steps, our_namespaces,
+                                 role_env, role_pids, role_places, rows, run_dir_of, run_dirs, run_json, rx_bytes,
+                                 set_link, spawn_harness, wait_for, warm_cache)
+
+pytestmark = [pytest.mark.emulated, pytest.mark.e2e, pytest.mark.slow]
+
+HILO = ["scenario=smoke_hilo", "progress=false", "onpolicy.workers=1", "onpolicy.policy_kl=false",
+        "onpolicy.eval_every=0", "task.eval_prompts=4"]
+SPRA = ["scenario=smoke_spra", "only=[spra]", "progress=false", "federated.clients=2", "federated.local_steps=1",
+        "federated.eval_every=0", "federated.rounds=8"]
+START_S = 300          # a run's roles start and build their models (slow on a loaded 2-core machine)
+
+
+def _run(overrides: list[str]):
+    from harness.run import compose_config, run_scenario
+
+    warm_cache(overrides)
+    return run_scenario(compose_config(overrides), overrides)
+
+
+def _spawn(overrides: list[str], log) -> "subprocess.Popen":
+    warm_cache(overrides)
+    return spawn_harness(overrides, log)
+
+
+def _assert_torn_down(run_dir, owner: int | None = None) -> None:
+    """No role process of the run is alive and none of its namespaces exists."""
+    assert not role_pids(run_dir), f"role processes outlived the run: {role_pids(run_dir)}"
+    spaces = {p["netns"] for p in role_places(run_dir).values() if p["netns"]}
+    assert not spaces & all_namespaces(), f"namespaces outlived the run: {spaces & all_namespaces()}"
+    assert our_namespaces(owner) == []
+
+
+# ------------------------------------------------------------------------- a role killed
+def test_worker_killed_mid_run_fails_the_run_naming_it(kernel_backend, out_dir):
+    hang_s = 60.0
+
+    def kill_worker():
+        run_dir = wait_for(lambda: run_dir_of(out_dir, "smoke_hilo", "full_sync"), START_S, "the run directory")
+        wait_for(lambda: learner_steps(run_dir) >= 2, START_S, "two learner rows")
+        before = len(rows(run_dir))
+        os.kill(role_pids(run_dir)["worker0"], signal.SIGKILL)
+        return run_dir, before, time.monotonic()
+
+    injector = Injector(kill_worker)
+    injector.start()
+    (outcome,) = _run([*HILO, "only=[full_sync]", "onpolicy.steps=40", f"out_dir={out_dir}",
+                       f"net.backend={kernel_backend}", f"net.hang_timeout_s={hang_s}"])
+    ended = time.monotonic()
+    run_dir, rows_before, killed = injector.result()
+    assert outcome.status == "failed"
+    assert outcome.reason.startswith("role worker0 (rank 1) was killed by SIGKILL"), outcome.reason
+    assert ended - killed < hang_s, f"the failure was noticed {ended - killed:.1f}s after the kill"
+    meta = run_json(run_dir)
+    assert meta["status"] == "failed" and meta["reason"] == outcome.reason
+    after = rows(run_dir)
+    assert len(after) >= rows_before, "rows written before the fault were lost"
+    learner = sorted(after[after.role == "learner"].step)
+    assert learner == list(range(len(learner))) and len(learner) >= 2
+    _assert_torn_down(run_dir)
+    print(f"\nworker SIGKILL -> run failed {ended - killed:.2f}s later; {rows_before} rows kept")
+
+
+def _kill_client(out_dir, client: str):
+    def kill():
+        run_dir = wait_for(lambda: run_dir_of(out_dir, "smoke_spra", "spra"), START_S, "the run directory")
+        wait_for(lambda: learner_steps(run_dir, "server") >= 2, START_S, "the server's first round")
+        os.kill(role_pids(run_dir)[client], signal.SIGKILL)
+        return run_dir, time.monotonic()
+    injector = Injector(kill)
+    injector.start()
+    return injector
+
+
+@pytest.mark.xfail(reason="harness.cluster ends the run on ANY role's non-zero exit (supervise.watch), so a "
+                          "SIGKILLed client fails the run even with federated.drop_policy=continue, although the "
+                          "server itself drops the client (row 'dropped'); and every role's final dist.barrier() "
+                          "in harness/role.py needs all peers. Request to cluster/role: let launch() tolerate the "
+                          "death of non-hub roles when asked (e.g. RoleSpec.expendable, set by run.py for "
+                          "drop_policy=continue) and skip dead peers in the closing barrier", strict=False)
+def test_federated_client_killed_is_dropped_and_the_run_goes_on(kernel_backend, out_dir):
+    injector = _kill_client(out_dir, "client1")
+    (outcome,) = _run([*SPRA, "federated.drop_policy=continue", f"out_dir={out_dir}",
+                       f"net.backend={kernel_backend}", "net.hang_timeout_s=60"])
+    run_dir, _ = injector.result()
+    server = rows(run_dir, "server").sort_values("step")
+    dropped = [json.loads(d) for d in server.dropped.dropna()]
+    assert ["client1"] in dropped, f"the drop is not recorded: {dropped}"
+    _assert_torn_down(run_dir)
+    assert outcome.status == "ok", outcome.reason
+    assert list(server.step) == list(range(9)), "the rounds after the drop did not run"
+    assert int(server.n_updates.iloc[-1]) == 1
+
+
+def test_federated_client_killed_with_drop_policy_fail_fails_the_run(kernel_backend, out_dir):
+    injector = _kill_client(out_dir, "client1")
+    (outcome,) = _run([*SPRA, "federated.drop_policy=fail", f"out_dir={out_dir}",
+                       f"net.backend={kernel_backend}", "net.hang_timeout_s=60"])
+    ended = time.monotonic()
+    run_dir, killed = injector.result()
+    assert outcome.status == "failed"
+    assert "client1" in outcome.reason.splitlines()[0], outcome.reason
+    assert ended - killed < 60
+    assert len(rows(run_dir, "server")) >= 2
+    _assert_torn_down(run_dir)
+
+
+# ------------------------------------------------------------------------- the parent killed
+def test_parent_killed_leaves_leftovers_that_netem_clean_removes_and_only_those(kernel_backend, out_dir, tmp_path):
+    from harness.run import _prepare_dir
+    from netem.topology import NodeSpec, StarTopology
+
+    with StarTopology([NodeSpec("a"), NodeSpec("b")], backend=kernel_backend) as live:
+        proc = _spawn([*HILO, "only=[full_sync]", "onpolicy.steps=200", f"out_dir={out_dir}",
+                              f"net.backend={kernel_backend}"], tmp_path / "harness.log")
+        try:
+            run_dir = wait_for(lambda: run_dir_of(out_dir, "smoke_hilo", "full_sync"), START_S, "the run directory")
+            wait_for(lambda: len(role_pids(run_dir)) == 2, START_S, "both role processes")
+            leftovers = our_namespaces(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+            wait_for(lambda: not role_pids(run_dir), 20, "the role processes to die with their parent")
+            assert leftovers and our_namespaces(proc.pid) == leftovers
+            clean = subprocess.run([sys.executable, "-m", "netem", "clean"], cwd=ROOT, capture_output=True,
+                                   text=True, timeout=120)
+        finally:
+            kill_tree(proc)
+        assert clean.returncode == 0, clean.stderr
+        assert our_namespaces(proc.pid) == [], "netem clean left the dead run's namespaces"
+        assert all(name in clean.stdout for name in leftovers), clean.stdout
+        assert set(live.namespaces) <= all_namespaces(), "netem clean removed a live topology"
+    # the run was left 'running'; the next attempt marks it interrupted and moves it aside
+    assert run_json(run_dir)["status"] == "running"
+    assert _prepare_dir(run_dir, resume=True)
+    attempt = run_dir.with_name(f"{run_dir.name}.attempt1")
+    assert run_json(attempt)["status"] == "interrupted"
+
+
+# ------------------------------------------------------------------------- Ctrl-C and resume
+def test_ctrl_c_marks_the_run_interrupted_and_a_rerun_resumes(kernel_backend, out_dir, tmp_path):
+    args = [*HILO, "only=[full_sync,hilo_spar]", "onpolicy.steps=2", f"out_dir={out_dir}",
+            f"net.backend={kernel_backend}"]
+    first = _spawn(args, tmp_path / "first.log")
+    try:
+        second = wait_for(lambda: run_dir_of(out_dir, "smoke_hilo", "hilo_spar"), 2 * START_S, "the second variant")
+        wait_for(lambda: len(role_pids(second)) == 2, START_S, "the second variant's roles")
+        os.kill(first.pid, signal.SIGINT)
+        code = first.wait(timeout=60)
+    finally:
+        kill_tree(first)
+    log = (tmp_path / "first.log").read_text()
+    assert code == 130, log                      # the shell's status for SIGINT, one line, no traceback
+    assert "Traceback" not in log and "[narrowband] interrupted: " in log, log
+    done = run_dir_of(out_dir, "smoke_hilo", "full_sync")
+    assert run_json(done)["status"] == "ok"
+    meta = run_json(second)
+    assert meta["status"] == "interrupted" and "SIGINT" in meta["reason"], meta["reason"]
+    _assert_torn_down(second, owner=first.pid)
+    finished = run_json(done)["finished"]
+
+    again = spawn_harness(args, tmp_path / "again.log")
+    try:
+        code = again.wait(timeout=2 * START_S)
+    finally:
+        kill_tree(again)
+    log = (tmp_path / "again.log").read_text()
+    assert code == 0, log
+    assert f"{done.name}: complete already, skipped" in log
+    assert run_json(done)["finished"] == finished, "the complete variant was run again"
+    assert run_json(second)["status"] == "ok"
+    assert sorted(rows(second, "learner").step) == [0, 1]
+    assert run_json(second.with_name(f"{second.name}.attempt1"))["status"] == "interrupted"
+    _assert_torn_down(second, owner=again.pid)
+
+
+# ------------------------------------------------------------------------- drift + a link flap
+DOWN_S = 3.0
+FLIP_STEP = 1
+
+
+@pytest.fixture(scope="module")
+def drift_and_flap(kernel_backend, tmp_path_factory):
+    """A hilo run where worker0's Adam state gets a flipped bit after update FLIP_STEP; while the
+    learner's repair (a full resync, ~3.4 MB at 4 mbit) is on the wire, worker0's veth is
+    taken down for DOWN_S seconds. Returns (outcome, rows, injector's record)."""
+    out = tmp_path_factory.mktemp("drift") / "runs"
+
+    def flap():
+        run_dir = wait_for(lambda: run_dir_of(out, "smoke_hilo", "hilo_spar"), START_S, "the run directory")
+        pid = wait_for(lambda: role_pids(run_dir).get("worker0"), START_S, "worker0")
+        netns = role_places(run_dir)["worker0"]["netns"]
+
+        def mid_transfer():                  # > 30 kB in 0.1 s: only the resync is that large here
+            a = rx_bytes(pid)
+            time.sleep(0.1)
+            return rx_bytes(pid) - a > 30_000
+        wait_for(mid_transfer, START_S, "the resync transfer", poll_s=0.0)
+        set_link(netns, up=False)
+        down_at = time.monotonic()
+        before = rx_bytes(pid)
+        time.sleep(DOWN_S)
+        frozen = rx_bytes(pid) - before
+        set_link(netns, up=True)
+        return {"down_at": down_at, "rx_while_down": frozen, "run_dir": run_dir}
+
+    injector = Injector(flap)
+    injector.start()
+    (outcome,) = _run([*HILO, "only=[hilo_spar]", "onpolicy.steps=4", f"out_dir={out}", "net.rate=4mbit",
+                       f"net.backend={kernel_backend}", "net.hang_timeout_s=60",
+                       f"onpolicy.fault_flip_step={FLIP_STEP}", "onpolicy.fault_flip_worker=0",
+                       "onpolicy.fault_flip_target=exp_avg"])
+    record = injector.result()
+    _assert_torn_down(record["run_dir"])
+    return outcome, rows(outcome.run_dir), record
+
+
+def test_a_flipped_bit_in_optimizer_state_is_detected_and_repaired_with_its_cost_recorded(drift_and_flap):
+    outcome, frame, _ = drift_and_flap
+    assert outcome.status == "ok", outcome.reason
+    learner = frame[frame.role == "learner"].sort_values("step")
+    worker = frame[frame.role == "worker0"].sort_values("step")
+    assert [bool(v) for v in learner.in_sync] == [s != FLIP_STEP for s in range(4)]
+    assert learner.resync_bytes.iloc[FLIP_STEP] > 100_000, "the repair's cost is not recorded"
+    assert (learner.resync_bytes.drop(learner.index[FLIP_STEP]) == 0).all()
+    assert learner.payload_bytes_down.iloc[FLIP_STEP] > learner.resync_bytes.iloc[FLIP_STEP]
+    assert "exp_avg" in worker["fault"].dropna().iloc[0]
+    assert int(worker.resync_bytes.iloc[FLIP_STEP]) == int(learner.resync_bytes.iloc[FLIP_STEP])
+
+
+def test_a_link_taken_down_mid_transfer_resumes_when_it_comes_back(drift_and_flap):
+    outcome, frame, record = drift_and_flap
+    assert record["rx_while_down"] == 0, "bytes still arrived while the link was down"
+    assert outcome.status == "ok", outcome.reason
+    learner = frame[frame.role == "learner"].sort_values("step")
+    assert learner.transfer_down_s.iloc[FLIP_STEP] > DOWN_S, "the outage did not fall into the resync transfer"
+    assert len(learner) == 4 and bool(learner.in_sync.iloc[-1])
+    print(f"\nlink down {DOWN_S:g}s during the resync: that update's transfer_down_s = "
+          f"{learner.transfer_down_s.iloc[FLIP_STEP]:.2f}s (others {learner.transfer_down_s.drop(learner.index[FLIP_STEP]).max():.2f}s)")
+
+
+def test_a_link_down_for_good_fails_the_run_by_the_hang_watchdog(kernel_backend, out_dir):
+    hang_s = 15.0
+
+    def cut():
+        run_dir = wait_for(lambda: run_dir_of(out_dir, "smoke_hilo", "full_sync"), START_S, "the run directory")
+        wait_for(lambda: learner_steps(run_dir) >= 1, START_S, "a learner row")
+        set_link(role_places(run_dir)["worker0"]["netns"], up=False)
+        return run_dir, time.monotonic()
+
+    injector = Injector(cut)
+    injector.start()
+    (outcome,) = _run([*HILO, "only=[full_sync]", "onpolicy.steps=40", f"out_dir={out_dir}",
+                       f"net.backend={kernel_backend}", f"net.hang_timeout_s={hang_s}"])
+    ended = time.monotonic()
+    run_dir, cut_at = injector.result()
+    assert outcome.status == "failed"
+    assert outcome.reason.startswith("hang: no progress from any role"), outcome.reason
+    assert hang_s / 2 < ended - cut_at < hang_s + 20, f"failed {ended - cut_at:.1f}s after the cut"
+    assert run_json(run_dir)["status"] == "failed"
+    _assert_torn_down(run_dir)
+    print(f"\nlink cut -> run failed by the watchdog {ended - cut_at:.1f}s later (hang_timeout_s={hang_s:g})")
+
+
+# ------------------------------------------------------------------------- two runs at once
+def test_two_runs_at_once_get_their_own_namespaces_subnets_and_ports_and_both_complete(kernel_backend, out_dir,
+                                                                                        tmp_path):
+    args = [*HILO, "only=[full_sync]", "onpolicy.steps=3", f"out_dir={out_dir}", f"net.backend={kernel_backend}"]
+    warm_cache(args)
+    procs = [spawn_harness([*args, f"seed={seed}"], tmp_path / f"run{seed}.log") for seed in (1, 2)]
+    try:
+        def both_running():                     # both runs' roles alive and both topologies built
+            pids = {d: role_pids(d) for d in run_dirs(out_dir, "smoke_hilo")}
+            if len(pids) == 2 and all(len(p) == 2 for p in pids.values()) and all(our_namespaces(p.pid) for p in procs):
+                return pids
+            return None
+        seen = wait_for(both_running, 2 * START_S, "both runs' roles at the same time")
+        endpoints = {d: role_env(p["learner"], "MASTER_ADDR", "MASTER_PORT") for d, p in seen.items()}
+        codes = [p.wait(timeout=2 * START_S) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree(p)
+    logs = [(tmp_path / f"run{seed}.log").read_text() for seed in (1, 2)]
+    assert codes == [0, 0], logs
+    dirs = sorted((out_dir / "smoke_hilo").glob("full_sync-*"))
+    assert len(dirs) == 2 and all(run_json(d)["status"] == "ok" for d in dirs)
+    spaces = [{p["netns"] for p in role_places(d).values()} for d in dirs]
+    subnets = [{p["addr"].rsplit(".", 1)[0] for p in role_places(d).values()} for d in dirs]
+    assert not spaces[0] & spaces[1], "two runs shared a namespace"
+    assert len(subnets[0]) == len(subnets[1]) == 1 and subnets[0] != subnets[1], subnets
+    addresses = [tuple(e.values()) for e in endpoints.values()]
+    assert len(set(addresses)) == 2, f"two runs share a rendezvous endpoint: {addresses}"
+    for d, proc in zip(dirs, procs):
+        _assert_torn_down(d, owner=proc.pid)
