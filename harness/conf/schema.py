@@ -49,6 +49,9 @@ class ModelConfig:
                                                          "gate_proj", "up_proj", "down_proj"])
     dtype: str = "float32"
     device: str = "cpu"              # cpu | cuda | auto (cuda:i per role where GPUs exist)
+    teacher_path: Optional[str] = None  # name=hf: the distill teacher's local directory (None: path)
+    init_seed: int = 0               # draw of a fresh model's weights (tiny/small)
+    lora_init: str = "default"       # default (A kaiming, B=0) | gaussian (A ~ N(0, 1/r^2)) | zeros
 
 
 @dataclass
@@ -57,12 +60,22 @@ class TaskConfig:
     digits: int = 2                  # operand digits of the synthetic arithmetic language
     ops: List[str] = field(default_factory=lambda: ["+", "-"])
     prompt_batch: int = 16           # prompts per update (sharded over workers)
-    samples_per_prompt: int = 4      # completions per prompt (GRPO group size for reward)
-    max_new_tokens: int = 8
+    samples_per_prompt: int = 8      # completions per prompt (GRPO group size for reward)
+    max_new_tokens: int = 6          # >= longest answer + eos (2-digit +/-: 4)
     temperature: float = 1.0
     eval_prompts: int = 128
     teacher_steps: int = 1500        # pretraining steps of the teacher (cached)
-    student_steps: int = 300         # pretraining steps of the student base (cached)
+    student_steps: int = 200         # pretraining steps of the student base (cached)
+    student_init: str = "teacher"    # the student's pretraining starts from: teacher (its weights) | scratch
+    student_naive_frac: float = 0.7  # share of hard problems labelled column-by-column (no carry) in the student's pretraining; higher => weaker student
+    student_lr: float = 1e-3         # peak learning rate of the student's pretraining
+    pretrain_batch: int = 64         # problems per pretraining step
+    pretrain_lr: float = 3e-3        # peak AdamW learning rate of pretraining (warm-up, cosine to 10%)
+    pretrain_seed: int = 0
+    reverse: bool = True             # answers least-significant digit first (small models learn carries in order)
+    reward_shaping: str = "none"     # reward: none (1 exact, else 0) | digits (partial credit <= 0.5)
+    clip_eps: float = 0.2            # reward: PPO/GRPO ratio clip
+    kl_coef: float = 0.0             # reward: k3 KL penalty to the adapter-free policy (0: none)
     # federated data
     alpha: float = 0.5               # Dirichlet concentration over sub-distributions (lower = more non-IID)
     client_sizes: List[int] = field(default_factory=list)  # examples per client; [] = equal split
@@ -92,7 +105,6 @@ class MethodConfig:
     # --- federated (owned by harness/federated) ---
     lr_rule: str = "linear"          # spra: eta_k = eta_ref * f(r_k / r_ref): linear | sqrt | const
     resample_every: int = 5          # spra: T rounds between A resamples (0: never)
-    freeze_a: bool = True
 
 
 @dataclass
@@ -102,12 +114,13 @@ class OnPolicyConfig:
     lr: float = 1e-3
     optimizer: str = "adamw"         # adamw | adam | sgd
     weight_decay: float = 0.0
+    clip_norm: float = 1.0           # clip the learner's true gradient to this global L2 norm before sync (0: off)
     eval_every: int = 5
     sync_seed: int = 0
     policy_kl: bool = True           # record KL(worker policy || learner policy) on the rollouts
     # --- fault injection (tests): flip one bit of a worker's state after it applies an update ---
     fault_flip_step: int = -1        # update at which to flip (-1: never)
-    fault_flip_rank: int = 1         # the worker's rank (1..workers)
+    fault_flip_worker: int = 1       # which worker (0..workers-1: role worker<i>)
     fault_flip_target: str = "param"  # param (first adapter tensor) | exp_avg (its Adam first moment)
 
 
@@ -122,6 +135,11 @@ class FederatedConfig:
     r_ref: Optional[int] = None      # None: max of ranks
     eval_every: int = 2
     drop_policy: str = "fail"        # fail | continue (a dead client is dropped from the round)
+    optimizer: str = "sgd"           # client optimizer, fresh each round: sgd | adamw
+    momentum: float = 0.0            # sgd momentum (0: plain SGD, what the SPRA analysis assumes)
+    # --- fault injection (tests): from this round on, client fault_drop_client stops answering ---
+    fault_drop_round: int = -1       # -1: never
+    fault_drop_client: int = 0       # 0-based client index
 
 
 @dataclass

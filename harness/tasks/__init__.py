@@ -34,8 +34,10 @@ Pretraining cache (``harness.tasks.cache``)
         A local HF model directory (save_pretrained: config, weights, tokenizer, meta.json),
         built on first use and cached under $NARROWBAND_CACHE or <repo>/.cache/narrowband/,
         keyed by a hash of everything that made it; a file lock + atomic rename make two
-        processes asking at once build it once. For ``name=hf`` it returns model.path
-        (teacher: model.teacher_path, default model.path).
+        processes asking at once build it once. The teacher is trained from scratch; the
+        student base is the teacher after a short training with a systematic misconception
+        (carries dropped on a share of hard problems), see ``harness.tasks.cache``. For
+        ``name=hf`` it returns model.path (teacher: model.teacher_path, default model.path).
     load_base(kind, model_cfg, task_cfg) -> PreTrainedModel   (eval mode, frozen, model.dtype)
 
 On-policy tasks (``harness.tasks.onpolicy``; rollouts in ``harness.tasks.rollouts``)
@@ -45,8 +47,11 @@ On-policy tasks (``harness.tasks.onpolicy``; rollouts in ``harness.tasks.rollout
         rows are grouped by prompt: prompt i's samples are rows i*samples .. (i+1)*samples-1.
     OnPolicyTask.loss(policy, rollouts) -> (scalar loss Tensor, metrics: dict[str, float])
     OnPolicyTask.evaluate(policy, n) -> dict: accuracy, and reverse_kl (distill) or reward (reward)
-    Rollouts: sequences, prompt_len, completion_mask, logprobs, rewards, group;
-        to_bytes()/from_bytes() (compact), nbytes, Rollouts.cat(list)
+    Rollouts (CPU tensors): prompts [G, P], completions [N, T], completion_mask, logprobs,
+        rewards | None, group; .sequences, .attention_mask, .prompt_len; to_bytes(logprob_dtype
+        ="fp16")/from_bytes() (uint8 ids, each prompt once), nbytes, Rollouts.cat(list)
+    Determinism: prompts are a function of (seed, step); sampling of the generator passed
+    in (on the policy's device); no nondeterministic kernels on the CPU.
 
 Federated task (``harness.tasks.federated``)
     build_federated(task_cfg, tokenizer, n_clients, seed) -> FederatedTask
@@ -66,10 +71,10 @@ _EXPORTS = {
     "build_model": "models", "build_tokenizer": "models", "make_lora": "models",
     "lora_targets": "models", "model_dtype": "models",
     "Tokenizer": "tokenizer",
-    "pretrained": "cache", "load_base": "cache", "cache_root": "cache",
+    "pretrained": "cache", "load_base": "cache", "cache_root": "cache", "meta": "cache",
     "Rollouts": "rollouts", "generate": "rollouts",
     "OnPolicyTask": "onpolicy", "DistillTask": "onpolicy", "RewardTask": "onpolicy",
-    "build_task": "onpolicy",
+    "build_task": "onpolicy", "EVAL_SEED": "onpolicy",
     "FederatedTask": "federated", "ClientData": "federated", "build_federated": "federated",
     "dirichlet_split": "federated",
     "Arithmetic": "arith",

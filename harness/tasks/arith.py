@@ -41,7 +41,7 @@ class Problems:
 class Arithmetic:
     """The language of ``digits``-digit problems over ``ops``."""
 
-    def __init__(self, digits: int, ops: list[str] | tuple[str, ...]) -> None:
+    def __init__(self, digits: int, ops: list[str] | tuple[str, ...], reverse: bool = False) -> None:
         if not isinstance(digits, int) or not 1 <= digits <= 6:
             raise ValueError(f"task.digits: {digits!r} is not allowed; choose an integer 1..6")
         bad = [o for o in ops if o not in OPS]
@@ -51,6 +51,12 @@ class Arithmetic:
         self.ops = tuple(ops)
         self.op_ids = torch.tensor([OPS.index(o) for o in self.ops], dtype=torch.long)
         self.limit = 10 ** digits
+        self.reverse = bool(reverse)
+
+    @property
+    def max_answer_len(self) -> int:
+        """Characters of the longest answer (sign included)."""
+        return max(2 * self.digits if "*" in self.ops else 0, self.digits + 1)
 
     # -- categories and splits -------------------------------------------------------------
     @property
@@ -61,8 +67,9 @@ class Arithmetic:
     def answers(self, p: Problems) -> torch.Tensor:
         return torch.where(p.op == 0, p.a + p.b, torch.where(p.op == 1, p.a - p.b, p.a * p.b))
 
-    def hard(self, p: Problems) -> torch.Tensor:
-        """True where the column-by-column answer (mod 10 per column, no carries) is wrong."""
+    def naive_answers(self, p: Problems) -> torch.Tensor:
+        """The column-by-column answer: each digit column computed alone, mod 10, no carries
+        or borrows (07+58 -> 55, 07-58 -> 59). The student's systematic misconception."""
         naive = torch.zeros_like(p.a)
         scale = 1
         for _ in range(self.digits):
@@ -70,7 +77,11 @@ class Arithmetic:
             col = torch.where(p.op == 0, da + db, torch.where(p.op == 1, da - db, da * db)) % 10
             naive = naive + col * scale
             scale *= 10
-        return naive != self.answers(p)
+        return naive
+
+    def hard(self, p: Problems) -> torch.Tensor:
+        """True where the column-by-column answer (``naive_answers``) is wrong."""
+        return self.naive_answers(p) != self.answers(p)
 
     def category(self, p: Problems) -> torch.Tensor:
         """Category index per problem (see ``categories``)."""
@@ -133,8 +144,13 @@ class Arithmetic:
         w = self.digits
         return [f"{a:0{w}d}{OPS[o]}{b:0{w}d}=" for a, o, b in zip(p.a.tolist(), p.op.tolist(), p.b.tolist())]
 
-    def answer_text(self, p: Problems) -> list[str]:
-        return [str(v) for v in self.answers(p).tolist()]
+    def answer_text(self, p: Problems, values: torch.Tensor | None = None) -> list[str]:
+        """Decimal answers (or ``values``); with ``reverse`` the digits come least significant
+        first (the sign first)."""
+        values = self.answers(p) if values is None else values
+        if not self.reverse:
+            return [str(v) for v in values.tolist()]
+        return [("-" if v < 0 else "") + str(abs(v))[::-1] for v in values.tolist()]
 
     def parse(self, prompts: list[str]) -> Problems:
         """Problems of prompt texts like ``"07+58="``; ValueError on anything else."""

@@ -1,0 +1,214 @@
+"""Pretrained teachers and student bases, built on first use and cached by content.
+
+An entry is a local Hugging Face model directory (``save_pretrained`` of the model and the
+tokenizer, plus ``meta.json`` with the recipe, the held-out accuracy and the build time), so
+loading it is the same code as ``model=hf``. Its name is ``<kind>-<hash>``, the hash of the
+recipe: the architecture, the language (digits, ops, reverse), the pretraining steps, batch,
+learning rate, the student's easy fraction, the seed and ``RECIPE_VERSION``. Change any of
+them and a new entry is built; the old one stays.
+
+Where: $NARROWBAND_CACHE, else <project root>/.cache/narrowband/. Two processes asking for
+the same entry build it once: an exclusive ``fcntl`` lock on ``<entry>.lock`` is held while
+building into a temporary folder that is renamed into place (atomic on one file system);
+whoever waited finds the finished entry.
+
+Pretraining is full-parameter next-token training on the answer tokens of fresh training
+problems each step (AdamW, linear warm-up then cosine decay to 10%).
+- teacher: from scratch, ``task.teacher_steps`` steps at ``task.pretrain_lr`` on the task's
+  distribution (about 98% held-out accuracy with the defaults).
+- student base: starts from the teacher's weights (``task.student_init=teacher``; ``scratch``
+  starts fresh) and trains ``task.student_steps`` more steps at ``task.student_lr`` on the same
+  problems, except that a share ``task.student_naive_frac`` of the hard ones (with a carry
+  or borrow) are labelled with the column-by-column answer (07+58 -> 55). It keeps the true
+  answer as a minority mode and adopts a systematic misconception as the majority: greedy
+  decoding fails on hard problems while sampling still finds the right answer at times. That
+  is headroom a hundred post-training updates can recover, from a reward or a teacher. A
+  student that is merely trained less lacks the skill itself, which a hundred LoRA updates
+  of on-policy data cannot teach (measured: +10 points at best; docs/tasks.md).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Mapping
+
+import torch
+
+from harness.tasks.arith import Arithmetic
+from harness.tasks.data import encode_prompts, prompt_attention, sft_batch, sft_loss, correct
+from harness.tasks.models import build_model, hf_dir, load_dir, model_dtype, plain
+from harness.tasks.rollouts import generate
+from harness.tasks.tokenizer import Tokenizer
+from harness.validate import ConfigError
+
+RECIPE_VERSION = 1
+KINDS = ("teacher", "student")
+STUDENT_INITS = ("teacher", "scratch")
+_ARCH = ("name", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+         "max_positions", "vocab_size", "init_seed")
+
+
+def cache_root() -> Path:
+    env = os.environ.get("NARROWBAND_CACHE")
+    if env:
+        return Path(env)
+    from harness.paths import project_root
+    return project_root() / ".cache" / "narrowband"
+
+
+def recipe(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> dict:
+    """Everything that determines a cache entry (its hash is the entry's name)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
+    m, t = plain(model_cfg), plain(task_cfg)
+    out = {
+        "version": RECIPE_VERSION, "kind": kind,
+        "model": {k: m.get(k) for k in _ARCH},
+        "digits": t["digits"], "ops": list(t["ops"]), "reverse": bool(t.get("reverse", False)),
+        "steps": int(t["teacher_steps" if kind == "teacher" else "student_steps"]),
+        "naive_frac": 0.0 if kind == "teacher" else float(t.get("student_naive_frac", 0.0)),
+        "batch": int(t.get("pretrain_batch", 64)),
+        "lr": float(t.get("pretrain_lr", 3e-3) if kind == "teacher" else t.get("student_lr", 1e-3)),
+        "seed": int(t.get("pretrain_seed", 0)) + (0 if kind == "teacher" else 1),
+        "init": "scratch" if kind == "teacher" else str(t.get("student_init", "teacher")),
+    }
+    if out["init"] not in STUDENT_INITS:
+        raise ConfigError(f"task.student_init: {out['init']!r} is not allowed; choose one of {', '.join(STUDENT_INITS)}")
+    if out["init"] == "teacher":
+        out["teacher"] = recipe("teacher", model_cfg, task_cfg)
+    return out
+
+
+def entry_path(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
+    blob = json.dumps(recipe(kind, model_cfg, task_cfg), sort_keys=True).encode()
+    return cache_root() / f"{kind}-{hashlib.sha256(blob).hexdigest()[:16]}"
+
+
+def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True) -> Path:
+    """The directory of the ``kind`` model ("teacher" | "student"), built once and cached.
+
+    For ``model.name == "hf"`` nothing is built: the student is ``model.path`` and the
+    teacher ``model.teacher_path`` (default ``model.path``).
+    """
+    m = plain(model_cfg)
+    if kind not in KINDS:
+        raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
+    if m.get("name") == "hf":
+        return hf_dir(m, "teacher_path" if kind == "teacher" and m.get("teacher_path") else "path")
+    entry = entry_path(kind, m, task_cfg)
+    if (entry / "meta.json").is_file():
+        return entry
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.with_name(entry.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (entry / "meta.json").is_file():      # built by someone else while we waited
+            return entry
+        tmp = entry.with_name(f".tmp-{entry.name}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _build(kind, m, plain(task_cfg), tmp, progress)
+            shutil.rmtree(entry, ignore_errors=True)   # a partial entry without meta.json
+            os.rename(tmp, entry)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return entry
+
+
+def load_base(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True):
+    """The pretrained ``kind`` model in ``model.dtype``, eval mode, every parameter frozen."""
+    model = load_dir(pretrained(kind, model_cfg, task_cfg, progress), model_dtype(model_cfg))
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def meta(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> dict:
+    """meta.json of a built entry (recipe, accuracy, seconds)."""
+    return json.loads((pretrained(kind, model_cfg, task_cfg) / "meta.json").read_text())
+
+
+def _build(kind: str, model_cfg: dict, task_cfg: dict, out: Path, progress: bool) -> None:
+    r = recipe(kind, model_cfg, task_cfg)
+    if r["steps"] < 0:
+        raise ConfigError(f"task.{kind}_steps: {r['steps']} must be >= 0")
+    tok = Tokenizer.synthetic()
+    lang = Arithmetic(r["digits"], r["ops"], reverse=r["reverse"])
+    if r["init"] == "teacher":
+        model = load_dir(pretrained("teacher", model_cfg, task_cfg, progress), torch.float32)
+        for p in model.parameters():
+            p.requires_grad_(True)
+    else:
+        model = build_model({**model_cfg, "dtype": "float32"}, tok.vocab_size)
+    start = time.perf_counter()
+    pretrain(model, tok, lang, steps=r["steps"], batch=r["batch"], lr=r["lr"], naive_frac=r["naive_frac"],
+             seed=r["seed"], desc=f"pretrain {kind}", progress=progress)
+    seconds = time.perf_counter() - start
+    acc = accuracy(model, tok, lang, n=512)
+    model.save_pretrained(str(out))
+    tok.save_pretrained(out)
+    info = {"recipe": r, "accuracy": acc, "seconds": round(seconds, 2), "eval_prompts": 512}
+    (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def pretrain(model, tok: Tokenizer, lang: Arithmetic, *, steps: int, batch: int, lr: float,
+             naive_frac: float = 0.0, seed: int = 0, desc: str = "pretrain", progress: bool = True) -> float:
+    """Full-parameter SFT on fresh training problems; returns the last loss (nats/token).
+
+    ``naive_frac``: the share of hard problems labelled with the column-by-column answer
+    (``Arithmetic.naive_answers``) instead of the true one.
+    """
+    from tqdm import tqdm
+
+    gen = torch.Generator().manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warm = max(1, min(100, steps // 10))
+
+    def schedule(i: int) -> float:
+        if i < warm:
+            return (i + 1) / warm
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * (i - warm) / max(1, steps - warm)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    model.train()
+    loss_value = float("nan")
+    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False, mininterval=0.5)
+    for i in bar:
+        problems = lang.sample("train", batch, gen)
+        values = lang.answers(problems)
+        if naive_frac > 0:
+            wrong = lang.hard(problems) & (torch.rand(batch, generator=gen) < naive_frac)
+            values = torch.where(wrong, lang.naive_answers(problems), values)
+        batch_ = sft_batch(tok, lang, problems, values)
+        loss = sft_loss(model, batch_)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        loss_value = float(loss.detach())
+        if i % 20 == 0:
+            bar.set_postfix(loss=f"{loss_value:.3f}")
+    model.eval()
+    return loss_value
+
+
+@torch.no_grad()
+def accuracy(model, tok: Tokenizer, lang: Arithmetic, n: int = 512, seed: int = 1234,
+             max_new_tokens: int | None = None, chunk: int = 256) -> float:
+    """Greedy exact-match accuracy on ``n`` held-out problems (fixed ``seed``)."""
+    problems = lang.sample("eval", n, torch.Generator().manual_seed(seed))
+    prompts = encode_prompts(tok, lang, problems)
+    steps = max_new_tokens or lang.max_answer_len + 1
+    hits = 0
+    for i in range(0, n, chunk):
+        p = prompts[i:i + chunk]
+        comp, mask, _ = generate(model, p, prompt_attention(tok, p), steps, eos_id=tok.eos_id, pad_id=tok.pad_id)
+        hits += int(correct(tok, lang, p, comp, mask).sum())
+    return hits / n
