@@ -73,7 +73,7 @@ def test_model_backend_reports_the_fluid_ideal_as_time():
     assert all(t.seconds == t.ideal_s for r in results for group in r for t in group)
 
 
-def test_transport_delay_and_jitter_are_applied_at_the_receiver_and_seeded():
+def test_transport_delay_and_jitter_are_applied_at_the_receiver_and_seeded(monkeypatch):
     links = star(1, down=LinkSpec(delay_s=0.05, jitter_s=0.02))
 
     def body(ch: Channel):
@@ -85,12 +85,18 @@ def test_transport_delay_and_jitter_are_applied_at_the_receiver_and_seeded():
 
     seconds = run_ranks(links, "tc", body, seed=3)[1]
     expected = [links.delay_sample_s(3, 0, 1, i) for i in range(4)]
-    assert all(0.03 <= s for s in seconds)
-    assert seconds == pytest.approx(expected, abs=0.02)
+    # a delay is never shorter than its seeded sample; a loaded machine may only add to it
+    assert all(s >= e - 0.002 for s, e in zip(seconds, expected)), (seconds, expected)
+    assert all(0.03 <= e <= 0.07 for e in expected)
     assert len(set(expected)) == 4
-    # the kernel does delays on netem: the channel adds none
-    fast = run_ranks(links, "netem", body, seed=3)[1]
-    assert max(fast) < 0.02
+    # the kernel does delays on netem: the channel sleeps for none of them
+    import harness.transport as transport
+
+    slept: list[float] = []
+    real_sleep = transport.time.sleep
+    monkeypatch.setattr(transport.time, "sleep", lambda s: (slept.append(s), real_sleep(s))[1])
+    run_ranks(links, "netem", body, seed=3)
+    assert not [s for s in slept if s >= 0.03], slept
 
 
 def test_userspace_paces_each_link_direction():
