@@ -3,9 +3,15 @@
 A scenario is a file under the top-level ``scenarios/`` folder. It may list variants
 (``variants: {name: [overrides]}``); each variant is composed anew and run as its own
 run, one after another. Multirun (``-m``) sweeps work as in any Hydra app, with any launcher.
+
+A single run's overrides are composed once before the app starts, so that a bad one (a
+value of the wrong type, an unknown key, bad override syntax) ends with one line naming
+the key and exit status 2 instead of Hydra's multi-line report. With any ``-`` flag
+(``-m``, ``--help``, ``--cfg`` ...) that check is left to Hydra.
 """
 from __future__ import annotations
 
+import re
 import sys
 
 import hydra
@@ -43,12 +49,65 @@ def _user_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task)
 
 
+_KINDS = {"Integer": "an int", "Float": "a float", "Boolean": "a bool", "String": "a string"}
+
+
+def compose_error(argv: list[str]) -> str | None:
+    """One line for overrides that do not compose (``model.rank: 'abc' is not an int ...``), or None.
+
+    Only a single run's plain overrides are checked: with a ``-`` flag (multirun, help,
+    ``--cfg`` ...) Hydra reads the command line itself; ``hydra.*`` overrides are Hydra's own.
+    """
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.run import compose_config
+
+    if any(a.startswith("-") for a in argv):
+        return None
+    overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    try:
+        compose_config(overrides)
+    except OverrideParseException as err:
+        return f"{_bad_syntax(overrides)}: {str(err).splitlines()[0]} (see Hydra's override grammar)"
+    except (HydraException, OmegaConfBaseException) as err:
+        cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
+        first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        key = getattr(cause, "full_key", None) or first
+        named = [a.lstrip("+~").split("=", 1) for a in overrides if "=" in a]
+        given = next((v for k, v in named if k == key), None)
+        kind = re.search(r"could not be converted to (\w+)", first)
+        if kind and given is not None:
+            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first})"
+        key = next((k for k, _ in named if k.startswith(f"{key}.")), key)
+        return f"{key}: {first}" if key != first else first
+    return None
+
+
+def _bad_syntax(overrides: list[str]) -> str:
+    """The first override Hydra's grammar cannot parse (for the error line)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_override(o)
+        except HydraException:
+            return o
+    return "override"
+
+
 def main() -> None:
     try:
         sys.argv[1:] = translate_argv(precheck_argv(sys.argv[1:]))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    error = compose_error(sys.argv[1:])
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2)
     _app()
 
 

@@ -13,7 +13,10 @@ roles[0] is the hub (learner or server). Per backend:
 
 The resolved payload (``{"cfg": ..., "keys": ...}`` or a bare config dict) goes to the
 children in ``<run_dir>/cluster/payload.json``; their logs go to ``<run_dir>/logs/<role>.log``.
-Any child exiting non-zero stops the others and the run is ``failed`` with the reason; so is
+Any child exiting non-zero stops the others and the run is ``failed`` with the reason (except
+an ``expendable`` non-hub role: its death is logged, noted in ``ClusterResult.dropped`` and
+the others go on; the children are told, ``expendable`` in the payload, so the closing
+barrier of harness.role waits for them only a bounded time); so is
 a run where no role progresses for ``hang_timeout_s``; SIGINT/SIGTERM to the parent stops
 everything and returns ``interrupted``. The topology is always removed.
 """
@@ -61,6 +64,7 @@ class RoleSpec:
     up: LinkSpec
     down: LinkSpec
     device: str = "cpu"       # cpu | auto | cuda | cuda:i (a GPU only where one exists)
+    expendable: bool = False  # may die without failing the run (never honoured for roles[0], the hub)
 
 
 @dataclass
@@ -76,6 +80,7 @@ class ClusterResult:
     topology: dict = field(default_factory=dict)      # netem StarTopology.describe() (kernel backends)
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     log_dir: str = ""
+    dropped: list[str] = field(default_factory=list)  # expendable roles that died: "<role> (rank r) <how>"
 
 
 def resolve_backend(requested: str, caps=None) -> tuple[str, str]:
@@ -165,7 +170,8 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
                 cmd = [*place["prefix"], sys.executable, "-m", "harness.role", str(payload_path), str(rank)]
                 role_env = {**env, "RANK": str(rank), "GLOO_SOCKET_IFNAME": place["ifname"], "NARROWBAND_ROLE": role.name}
                 with _signals_held():            # a started child is always in `procs`
-                    procs.append(start(role.name, rank, cmd, role_env, run_dir / "logs" / f"{role.name}.log"))
+                    procs.append(start(role.name, rank, cmd, role_env, run_dir / "logs" / f"{role.name}.log",
+                                       expendable=role.expendable))
             result.status, result.reason = watch(procs, hang_timeout_s, STARTUP_TIMEOUT_S, progress,
                                                  label=f"cluster[{resolved}]")
         except _Interrupted as signal_name:
@@ -174,6 +180,7 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
             _block_signals()
             stop_all(procs)
             result.exit_codes = {p.name: p.popen.returncode for p in procs}
+            result.dropped = [p.dropped for p in procs if p.dropped]
     result.seconds = time.monotonic() - t0
     return result
 
@@ -204,7 +211,8 @@ def _write_payload(run_dir: Path, roles: list[RoleSpec], entry: str, payload: di
         "wait_s": float(hang_timeout_s) + WAIT_MARGIN_S,
         "links": LinkTable(tuple(r.up for r in roles), tuple(r.down for r in roles)).to_json(),
         "roles": [{"name": r.name, "device": r.device, "netns": p["netns"], "ifname": p["ifname"] if p["netns"] else None,
-                   "addr": p["addr"]} for r, p in zip(roles, places)],
+                   "addr": p["addr"], "expendable": bool(r.expendable and i > 0)}
+                  for i, (r, p) in enumerate(zip(roles, places))],
     }
     path = run_dir / "cluster" / "payload.json"
     path.write_text(json.dumps(spec, indent=1, sort_keys=True))

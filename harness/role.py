@@ -4,7 +4,9 @@ It is already inside its network namespace when it starts (``ip netns exec``), s
 gloo only ever see the role's own veth. In order: read the payload, tell the parent we
 started, import torch, join the process group (gloo, env:// rendezvous on the hub's
 address), build the RoleContext, call the entry function ``module:function`` with it, and
-leave the group after a final barrier (nobody tears down while a peer is mid-transfer).
+leave the group after a final barrier (nobody tears down while a peer is mid-transfer). When
+some role is ``expendable`` (it may have died mid-run, see harness.cluster) that barrier is
+bounded instead: a count in the rendezvous store, waited for at most CLOSING_WAIT_S.
 
 Exit status: 0 when the entry returned; 1 with the traceback on stderr when it raised (no
 teardown then: the parent stops the other roles). The parent watches the heartbeat pipe
@@ -29,6 +31,8 @@ from typing import Any
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_EVERY_S = 0.5      # at most this often for repeated, unchanged beats
 HEARTBEAT_ENV = "NARROWBAND_HEARTBEAT_FD"
+CLOSING_WAIT_S = 15.0        # how long the closing waits for peers when some may be dead
+CLOSING_KEY = "narrowband/closing"
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -157,10 +161,42 @@ def run(payload_path: Path, rank: int) -> int:
                           seed=int(spec.get("seed", 0)), wait_s=wait_s, on_progress=ctx.progress)
     load_entry(spec["entry"])(ctx)
     ctx.recorder.close()
-    dist.barrier()
-    dist.destroy_process_group()
+    if any(r.get("expendable") for r in spec["roles"]):
+        bounded_barrier(world_size, min(CLOSING_WAIT_S, wait_s))
+        try:
+            dist.destroy_process_group()
+        except Exception as err:  # noqa: BLE001 - a dead peer must not fail the survivors
+            print(f"[role] leaving the group: {err}", file=sys.stderr, flush=True)
+    else:
+        dist.barrier()
+        dist.destroy_process_group()
     beat.send("done")
     return 0
+
+
+def bounded_barrier(world_size: int, wait_s: float) -> bool:
+    """A closing barrier that a dead peer cannot hang: count arrivals in the rendezvous store
+    (hosted by rank 0) and wait until all ``world_size`` arrived, at most ``wait_s`` seconds.
+
+    True when all arrived. A store that is gone (rank 0 left first) ends the wait too: rank 0
+    leaves only after its own wait, so the peers it still had were done with it.
+    """
+    import torch.distributed as dist
+
+    deadline = time.monotonic() + wait_s
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        arrived = store.add(CLOSING_KEY, 1)
+        while arrived < world_size and time.monotonic() < deadline:
+            time.sleep(0.05)
+            arrived = store.add(CLOSING_KEY, 0)
+    except Exception as err:  # noqa: BLE001 - the store went away with rank 0: nothing left to wait for
+        print(f"[role] closing: rendezvous store gone ({type(err).__name__}); leaving", file=sys.stderr, flush=True)
+        return False
+    if arrived < world_size:
+        print(f"[role] closing: {arrived} of {world_size} roles arrived within {wait_s:g}s (the rest are "
+              f"expendable and presumably gone); leaving", file=sys.stderr, flush=True)
+    return arrived >= world_size
 
 
 def main(argv: list[str] | None = None) -> None:

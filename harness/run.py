@@ -117,7 +117,11 @@ def run_id_of(cfg: DictConfig, variant: str) -> str:
 
 
 def role_specs(cfg: DictConfig):
-    """The hub and one node per worker/client, each with its uplink and downlink LinkSpec."""
+    """The hub and one node per worker/client, each with its uplink and downlink LinkSpec.
+
+    Federated clients are expendable under ``federated.drop_policy=continue``: one that dies
+    is dropped by the server (and by the launcher) and the run goes on without it.
+    """
     from harness.cluster import RoleSpec
     from netem.spec import LinkSpec
 
@@ -127,6 +131,7 @@ def role_specs(cfg: DictConfig):
         hub, node, count = "learner", "worker", cfg.onpolicy.workers
     else:
         hub, node, count = "server", "client", cfg.federated.clients
+    expendable = cfg.method.kind == "federated" and cfg.federated.drop_policy == "continue"
     roles = [RoleSpec(name=hub, up=hub_link, down=hub_link, device=cfg.model.device)]
     for k in range(count):
         spec = {"rate": net.rate, "up": net.up, "down": net.down, "delay": net.delay,
@@ -136,7 +141,7 @@ def role_specs(cfg: DictConfig):
         common = dict(delay=spec["delay"], jitter=spec["jitter"], loss=spec["loss"], queue=spec["queue"])
         up = LinkSpec.parse(rate=spec["up"] or spec["rate"], prefix=f"net.nodes[{k}]", **common)
         down = LinkSpec.parse(rate=spec["down"] or spec["rate"], prefix=f"net.nodes[{k}]", **common)
-        roles.append(RoleSpec(name=f"{node}{k}", up=up, down=down, device=cfg.model.device))
+        roles.append(RoleSpec(name=f"{node}{k}", up=up, down=down, device=cfg.model.device, expendable=expendable))
     return roles
 
 
@@ -239,7 +244,8 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) 
                         run_dir=run_dir, hang_timeout_s=float(cfg.net.hang_timeout_s),
                         progress=bool(cfg.progress))
         status, reason = result.status, result.reason
-        extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or meta["capabilities"]}
+        extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or meta["capabilities"],
+                 "dropped": result.dropped}
     except KeyboardInterrupt:
         status, reason, extra = "interrupted", "KeyboardInterrupt", {}
     except Exception as err:  # recorded, not lost: the run is marked failed with the reason

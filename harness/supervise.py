@@ -7,7 +7,9 @@ go to ``<run_dir>/logs/<role>.log``; it reports progress on a pipe (see harness.
 
 ``watch`` returns ("ok", "") when every child exited 0, ("failed", reason) when one exited
 non-zero (the reason names the role, its exit status and the last lines of its log) or
-when nothing progressed for the hang timeout.
+when nothing progressed for the hang timeout. An *expendable* child (never rank 0, the hub)
+may die without failing the run: it is logged, its ``dropped`` note is set, and the others
+are watched on (a federated client dropped under ``federated.drop_policy=continue``).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,8 @@ class RoleProcess:
     last: str = "start?"
     step: int | None = None          # latest step of a `beat <step>` line
     ready: bool = False
+    expendable: bool = False         # may die without failing the run (never the hub, rank 0)
+    dropped: str = ""                # why it left, once an expendable child died ("" while not)
     heard: float = field(default_factory=time.monotonic)
     _partial: bytes = b""
 
@@ -76,8 +81,12 @@ def _child_setup() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
-def start(name: str, rank: int, cmd: list[str], env: dict[str, str], log_path: Path) -> RoleProcess:
-    """Start one role process with a heartbeat pipe; its output goes to ``log_path``."""
+def start(name: str, rank: int, cmd: list[str], env: dict[str, str], log_path: Path,
+          expendable: bool = False) -> RoleProcess:
+    """Start one role process with a heartbeat pipe; its output goes to ``log_path``.
+
+    ``expendable`` (ignored for rank 0, the hub): its death is tolerated by ``watch``.
+    """
     read_fd, write_fd = os.pipe()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -91,12 +100,16 @@ def start(name: str, rank: int, cmd: list[str], env: dict[str, str], log_path: P
     finally:
         os.close(write_fd)
     os.set_blocking(read_fd, False)
-    return RoleProcess(name, rank, popen, log_path, read_fd)
+    return RoleProcess(name, rank, popen, log_path, read_fd, expendable=expendable and rank != 0)
 
 
 def watch(procs: list[RoleProcess], hang_timeout_s: float, startup_timeout_s: float,
           progress: bool = True, label: str = "cluster") -> tuple[str, str]:
-    """Wait until all children exit 0 (ok), one fails, or nothing progresses for too long."""
+    """Wait until all children exit 0 (ok), one fails, or nothing progresses for too long.
+
+    A non-zero exit of an expendable child is not a failure: it is logged on stdout, noted
+    in its ``dropped`` and the rest are watched on (their heartbeats still tell hangs).
+    """
     selector = selectors.DefaultSelector()
     for proc in procs:
         selector.register(proc.beat_fd, selectors.EVENT_READ, proc)
@@ -109,22 +122,34 @@ def watch(procs: list[RoleProcess], hang_timeout_s: float, startup_timeout_s: fl
                 if _read_beats(key.data, selector):
                     last_progress = time.monotonic()
             _update_bar(bar, procs, label)
-            failed = [p for p in procs if p.popen.poll() not in (None, 0)]
+            failed = [p for p in procs if p.popen.poll() not in (None, 0) and not p.dropped]
+            for proc in [p for p in failed if p.expendable]:
+                _drop(proc)
+            failed = [p for p in failed if not p.dropped]
             if failed:
                 culprit = min(failed, key=_blame_rank)
                 return "failed", (f"role {culprit.name} (rank {culprit.rank}) {culprit.describe_exit()}; "
                                   f"last lines of {culprit.log_path}:\n{culprit.tail()}")
-            if all(p.popen.returncode == 0 for p in procs):
+            live = [p for p in procs if not p.dropped]
+            if all(p.popen.returncode == 0 for p in live):
                 return "ok", ""
             silent = time.monotonic() - last_progress
-            limit = hang_timeout_s if all(p.ready for p in procs) else max(hang_timeout_s, startup_timeout_s)
+            limit = hang_timeout_s if all(p.ready for p in live) else max(hang_timeout_s, startup_timeout_s)
             if silent > limit:
                 now = time.monotonic()
-                heard = ", ".join(f"{p.name} '{p.last}' {now - p.heard:.0f}s ago" for p in procs)
+                heard = ", ".join(f"{p.name} '{p.last}' {now - p.heard:.0f}s ago" for p in live)
                 return "failed", f"hang: no progress from any role for {silent:.0f}s (limit {limit:.0f}s); last heard: {heard}"
     finally:
         bar.close()
         selector.close()
+
+
+def _drop(proc: RoleProcess) -> None:
+    """Note and log the death of an expendable child; the run goes on without it."""
+    proc.dropped = f"{proc.name} (rank {proc.rank}) {proc.describe_exit()}"
+    tqdm.write(f"[narrowband] role {proc.dropped}: expendable, dropped; the run goes on without it "
+               f"(log: {proc.log_path})", file=sys.stdout)
+    sys.stdout.flush()
 
 
 def _read_beats(proc: RoleProcess, selector: selectors.BaseSelector) -> bool:

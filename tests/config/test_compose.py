@@ -80,3 +80,16 @@ def test_unknown_names_on_the_command_line_give_one_line(arg, key):
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith(f"error: {key}:") and arg.split("=")[1] in lines[0]
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("arg, key, kind", [("model.rank=abc", "model.rank", "is not an int"),
+                                            ("net.hang_timeout_s=soon", "net.hang_timeout_s", "is not a float"),
+                                            ("model.nonesuch=3", "model.nonesuch", "not in"),
+                                            ("model.rank=[1", "model.rank=[1", "override grammar")])
+def test_bad_overrides_on_the_command_line_give_one_line(arg, key, kind):
+    out = subprocess.run([sys.executable, "-m", "harness", arg], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"error: {key}:") and kind in lines[0], lines[0]
+    assert "Traceback" not in out.stderr
