@@ -17,8 +17,9 @@ What each method sends down per update:
   decoded delta, so what was not shipped is in the next delta: exact error feedback without
   a residual. With ``compressor.error_feedback=false`` it ships C(params_t+1 - params_t)
   instead and the view drifts (the ablation).
-- ``hilo``: C(g + e), the compressed gradient with a residual e; g^ = decode(the payload's
-  BYTES); e <- g + e - g^; the learner steps on g^ and so does every worker, on a replicated
+- ``hilo``: C(g + e), the compressed gradient with a residual e (harness.compress's
+  ErrorFeedback, which decodes the payload's BYTES: g^ is exactly what a worker decodes);
+  e <- g + e - g^; the learner steps on g^ and so does every worker, on a replicated
   optimizer state: adapters and optimizer states stay bit-identical, and that is verified.
 """
 from __future__ import annotations
@@ -102,15 +103,17 @@ class FullSyncLearner(LearnerSync):
     def __init__(self, replica: Replica, dtype: str = "bf16"):
         super().__init__(replica)
         self.dtype = wire_dtype(dtype)
+        self.shipped = False      # before the first payload workers hold the shared fp32 init
 
     def step(self, step: int) -> Update:
         step_s = self._optimizer_step()
         t0 = _timer()
         payload = pack_flat(self.replica.tensors(), self.dtype)
+        self.shipped = True
         return Update(payload, step_s, _timer() - t0)
 
     def worker_view(self) -> dict[str, Tensor] | None:
-        if self.dtype == torch.float32:
+        if self.dtype == torch.float32 or not self.shipped:
             return None
         return {n: p.detach().to(self.dtype).to(torch.float32) for n, p in self.replica.params.items()}
 
@@ -162,9 +165,9 @@ class HiLoLearner(LearnerSync):
 
     def __init__(self, replica: Replica, compressor, error_feedback: bool = True):
         super().__init__(replica)
-        self.compressor = compressor
-        self.error_feedback = error_feedback
-        self.residual: dict[str, Tensor] | None = None
+        from harness.compress import ErrorFeedback
+
+        self.compressor = ErrorFeedback(compressor) if error_feedback else compressor
 
     def step(self, step: int) -> Update:
         t0 = _timer()
@@ -172,16 +175,19 @@ class HiLoLearner(LearnerSync):
         for n, p in self.replica.params.items():
             if p.grad is None:
                 raise SyncError(f"hilo: parameter {n} has no gradient; call loss.backward() first")
-            grads[n] = p.grad.detach().to(torch.float32)
-        v = grads if self.residual is None else {n: g + self.residual[n] for n, g in grads.items()}
-        data, info = _encode(self.compressor, v, step)
-        g_hat = _decode(self.compressor, data)
-        if self.error_feedback:
-            self.residual = {n: v[n] - g_hat[n] for n in v}
+            grads[n] = p.grad.detach()
+        data, info = _encode(self.compressor, grads, step)
+        # ErrorFeedback decodes the payload's bytes (what the workers get) to form its residual
+        g_hat = getattr(self.compressor, "last_decoded", None) or _decode(self.compressor, data)
         encode_s = _timer() - t0
         _set_grads(self.replica, g_hat)
         step_s = self._optimizer_step()
         return Update(data, step_s, encode_s, info)
+
+    @property
+    def residual(self) -> dict[str, Tensor]:
+        """The error-feedback residual per tensor (empty without error feedback)."""
+        return getattr(self.compressor, "residual", {})
 
     def expected_checksum(self) -> str:
         return self.replica.checksum()

@@ -1,0 +1,279 @@
+"""The on-policy loop: one learner (rank 0) and N rollout workers, one update per step.
+
+Each update t (every rank starts it together, after a barrier):
+
+    workers  rollouts_t = task.rollout(policy_t, their shard of the prompts, seeded)  -> gather up
+    learner  loss = task.loss(policy, rollouts); loss.backward(); clip to onpolicy.clip_norm
+             update = sync.step(t): the learner's optimizer step + the method's payload
+                                                                                      -> broadcast down
+    workers  sync.apply(payload, t); ack (apply time, receive time, checksum when due) -> gather up
+    learner  verification due: compare checksums, scatter a full resync to any worker that differs
+
+Only that window is timed, so the learner's housekeeping (evaluation every
+``onpolicy.eval_every`` updates, the policy-mismatch diagnostic, writing rows) never counts as
+update time. Learner rows (seconds; bytes summed over every worker's link):
+  rollout_s        slowest worker's generation
+  transfer_up_s    slowest rollout upload (receiver-side transfer time)
+  learn_s          loss forward + backward + clipping + the learner's optimizer step
+  encode_s         compress + decode-for-replay (hilo, delta); packing (full_sync)
+  transfer_down_s  slowest payload download (receiver side) + the resync scatter, if any
+  apply_s          slowest worker's decode + apply (+ its checksum when verification is due)
+  ack_s            slowest acknowledgement upload (receiver side)
+  update_s         the whole window, wall clock at the learner (``update_wall_s``); on the
+                   ``model`` backend, where transfers are modelled and not paced, the sum of
+                   the parts above (rollout .. ack) with the modelled transfer times
+  payload_bytes_*  exact payload bytes; wire_bytes_* the learner's interface counters
+  in_sync          every worker's checksum matched (None when not verified this step)
+Every row also has loss, the task's other loss metrics on the update's rollouts as
+``train_<name>`` (train_reverse_kl, train_reward, ...), policy_kl (``onpolicy.policy_kl``)
+and, when evaluated, the task's evaluate() metrics on held-out prompts (accuracy, and
+reverse_kl or reward).
+
+Before update 0 every worker's checksum is compared with the learner's (they all build the
+same seeded adapter); the result is ``init_in_sync`` in the row of update 0.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.onpolicy.mismatch import policy_kl
+from harness.onpolicy.setup import Setup, build_setup, ensure_pretrained, inject_fault
+
+_LEN = struct.Struct("<I")
+_OK, _RESYNC = b"\x00", b"\x01"
+
+
+def frame(meta: dict[str, Any], body: bytes = b"") -> bytes:
+    """A small JSON header (timings, checksum) in front of a body; both count as payload bytes."""
+    head = json.dumps(meta, separators=(",", ":")).encode()
+    return _LEN.pack(len(head)) + head + body
+
+
+def unframe(data: bytes) -> tuple[dict[str, Any], bytes]:
+    (n,) = _LEN.unpack_from(data)
+    return json.loads(data[_LEN.size:_LEN.size + n]), data[_LEN.size + n:]
+
+
+def stream_seed(*parts: Any) -> int:
+    """A 63-bit seed, a pure function of ``parts`` (stable across processes)."""
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def verify_due(step: int, every: int) -> bool:
+    return every > 0 and (step + 1) % every == 0
+
+
+def eval_due(step: int, every: int, steps: int) -> bool:
+    return step == steps - 1 or (every > 0 and (step + 1) % every == 0)
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+def _delta(a, b) -> tuple[int, int]:
+    """(tx, rx) bytes between two counter readings."""
+    return b.tx_bytes - a.tx_bytes, b.rx_bytes - a.rx_bytes
+
+
+def _threads(world_size: int) -> None:
+    """The roles share the machine: split its cores among them unless OMP_NUM_THREADS says."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world_size)))
+
+
+def main(ctx) -> None:
+    """Entry of every role process (``harness.onpolicy.roles:main``): rank 0 learns, the rest roll out."""
+    t0 = _now()
+    _threads(ctx.world_size)
+    torch.manual_seed(int(ctx.cfg.get("seed", 0)))
+    ensure_pretrained(ctx.cfg, ctx.rank, beat=getattr(ctx, "progress", lambda: None))
+    ctx.channel.barrier()
+    t1 = _now()
+    setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device)
+    t2 = _now()
+    (run_learner if ctx.rank == 0 else run_worker)(ctx, setup)
+    print(f"[onpolicy] {ctx.role}: pretrained models ready {t1 - t0:.1f} s, setup {t2 - t1:.1f} s, "
+          f"{int(ctx.cfg['onpolicy']['steps'])} updates {_now() - t2:.1f} s", flush=True)
+
+
+# --------------------------------------------------------------------------- learner
+@dataclass
+class Verdict:
+    """One verification round at the learner."""
+    in_sync: bool                 # every worker's checksum matched
+    resynced: int                 # workers sent a full resync
+    resync_bytes: int             # bytes of those resyncs (all workers)
+    sent_bytes: int               # every verdict message, resyncs included
+    seconds: float                # the scatter (wall clock; modelled on the model backend)
+
+
+def _verify(ctx, s: Setup, checksums: dict[int, str], tag: str) -> Verdict:
+    """Compare the workers' checksums with the learner's; scatter a resync to those that differ."""
+    expected = s.sync.expected_checksum()
+    bad = sorted(r for r, c in checksums.items() if c != expected)
+    resync = _RESYNC + s.sync.resync_payload() if bad else b""
+    messages = {r: resync if r in bad else _OK for r in checksums}
+    t0 = _now()
+    _, transfers = ctx.channel.scatter(messages, tag)
+    seconds = _now() - t0
+    if getattr(ctx, "backend", "") == "model":        # unpaced there: take the modelled times
+        seconds = max(t.seconds for t in transfers)
+    return Verdict(not bad, len(bad), len(resync) * len(bad), sum(map(len, messages.values())), seconds)
+
+
+def run_learner(ctx, s: Setup) -> None:
+    op = s.cfg["onpolicy"]
+    steps = int(op["steps"])
+    acks, _ = ctx.channel.gather(None, "verify/init")
+    init = _verify(ctx, s, {r: unframe(a)[0]["checksum"] for r, a in acks.items()}, "resync/init")
+    if not init.in_sync:
+        print(f"[onpolicy] {init.resynced} workers' initial adapters differed from the learner's: resynced",
+              flush=True)
+    for step in range(steps):
+        ctx.channel.barrier()
+        row, rollouts = learner_update(ctx, s, step)
+        # housekeeping, outside the timed window
+        if step == 0:
+            row["init_in_sync"] = init.in_sync
+        if op.get("policy_kl", True):
+            row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_view(), rollouts)
+        if eval_due(step, int(op["eval_every"]), steps):
+            s.policy.eval()
+            metrics = s.task.evaluate(s.policy, int(s.cfg["task"]["eval_prompts"]))
+            row.update({k: float(v) for k, v in metrics.items()})
+        ctx.recorder.row(step, **row)
+        ctx.heartbeat(step)
+
+
+def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
+    """One timed update at the learner: (its row, the rollouts it learned from)."""
+    from harness.tasks import Rollouts
+
+    ch, op = ctx.channel, s.cfg["onpolicy"]
+    wire0, t0 = ctx.wire(), _now()
+    parts, ups = ch.gather(None, f"rollouts/{step}")
+    t1 = _now()
+    metas = {r: unframe(parts[r]) for r in sorted(parts)}
+    rollouts = Rollouts.cat([Rollouts.from_bytes(body) for _, body in metas.values()])
+    s.policy.train()
+    loss, metrics = s.task.loss(s.policy, rollouts)
+    loss.backward()
+    grad_norm = _clip(s, float(op.get("clip_norm", 0.0)))
+    t2 = _now()
+    update = s.sync.step(step)
+    _, downs = ch.broadcast(update.payload, f"update/{step}")
+    raw, ack_transfers = ch.gather(None, f"ack/{step}")
+    acks = {r: unframe(a)[0] for r, a in raw.items()}
+    verdict = None
+    if verify_due(step, int(s.cfg["method"].get("verify_every", 1))):
+        verdict = _verify(ctx, s, {r: a["checksum"] for r, a in acks.items()}, f"resync/{step}")
+    t3 = _now()
+    tx, rx = _delta(wire0, ctx.wire())
+    row = dict(
+        loss=float(loss.detach()), grad_norm=grad_norm,
+        **{f"train_{k}": float(v) for k, v in metrics.items() if k != "loss"},
+        rollout_s=max(meta["rollout_s"] for meta, _ in metas.values()),
+        transfer_up_s=max(t.seconds for t in ups),
+        learn_s=(t2 - t1) + update.step_s, encode_s=update.encode_s,
+        transfer_down_s=max(a["recv_s"] for a in acks.values()) + (verdict.seconds if verdict else 0.0),
+        apply_s=max(a["apply_s"] for a in acks.values()), ack_s=max(t.seconds for t in ack_transfers),
+        update_wall_s=t3 - t0,
+        ideal_up_s=max(t.ideal_s for t in ups), ideal_down_s=max(t.ideal_s for t in downs),
+        payload_bytes_up=sum(map(len, parts.values())) + sum(t.nbytes for t in ack_transfers),
+        payload_bytes_down=len(update.payload) * len(acks) + (verdict.sent_bytes if verdict else 0),
+        update_bytes=len(update.payload), wire_bytes_down=tx, wire_bytes_up=rx,
+        in_sync=verdict.in_sync if verdict else None, resynced_workers=verdict.resynced if verdict else 0,
+        resync_bytes=verdict.resync_bytes if verdict else 0, compressor_info=_info(update.info))
+    # the model backend moves bytes unpaced and models their time: its update time is the sum
+    # of the parts with the modelled transfers; every other backend's is the wall clock
+    parts_s = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")
+    row["update_s"] = sum(row[k] for k in parts_s) if getattr(ctx, "backend", "") == "model" else row["update_wall_s"]
+    return row, rollouts
+
+
+def _clip(s: Setup, max_norm: float) -> float:
+    """Clip the learner's true gradient (before any compression) to ``max_norm`` (0: no
+    clipping); returns the norm before clipping."""
+    grads = [p.grad for p in s.replica.params.values() if p.grad is not None]
+    if max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(list(s.replica.params.values()), max_norm))
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+
+
+def _info(info: dict) -> dict:
+    """The compressor's per-step diagnostics that fit a cell (ranks per matrix, budget use);
+    tensor names shortened to e.g. ``layers.0.self_attn.q_proj.lora_A``."""
+    keep = ("used_bytes", "budget_bytes", "ranks", "k", "bits", "energy_kept")
+    out = {k: v for k, v in info.items() if k in keep}
+    if isinstance(out.get("ranks"), dict):
+        out["ranks"] = {_short(n): r for n, r in out["ranks"].items()}
+    return out
+
+
+def _short(name: str) -> str:
+    for prefix in ("base_model.model.model.", "base_model.model."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    return name.replace(".default.weight", "")
+
+
+# --------------------------------------------------------------------------- worker
+def run_worker(ctx, s: Setup) -> None:
+    op, task_cfg, ch = s.cfg["onpolicy"], s.cfg["task"], ctx.channel
+    steps, every = int(op["steps"]), int(s.cfg["method"].get("verify_every", 1))
+    shards, shard = ctx.world_size - 1, ctx.rank - 1
+    device = next(iter(s.replica.params.values())).device
+    ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
+    _apply_verdict(ch, s, "resync/init")
+    for step in range(steps):
+        ch.barrier()
+        wire0, t0 = ctx.wire(), _now()
+        prompts = s.task.prompts("train", int(task_cfg["prompt_batch"]), s.seed, step)
+        mine = torch.tensor_split(prompts, shards)[shard].to(device)
+        gen = torch.Generator(device=device).manual_seed(stream_seed(s.seed, "rollout", step, shard))
+        s.policy.eval()
+        rollouts = s.task.rollout(s.policy, mine, int(task_cfg["samples_per_prompt"]), gen)
+        rollout_s = _now() - t0
+        up = frame({"rollout_s": rollout_s}, rollouts.to_bytes())
+        ch.gather(up, f"rollouts/{step}")
+        payload, (down,) = ch.broadcast(None, f"update/{step}")
+        ta = _now()
+        s.sync.apply(payload, step)
+        flipped = inject_fault(s, shard, step)
+        ack: dict[str, Any] = {"recv_s": down.seconds}
+        due = verify_due(step, every)
+        if due:
+            ack["checksum"] = s.sync.checksum()
+        ack["apply_s"] = _now() - ta
+        ack_bytes = frame(ack)
+        ch.gather(ack_bytes, f"ack/{step}")
+        in_sync, resync_bytes = (_apply_verdict(ch, s, f"resync/{step}") if due else (None, 0))
+        tx, rx = _delta(wire0, ctx.wire())
+        row = dict(rollout_s=rollout_s, transfer_down_s=down.seconds, apply_s=ack["apply_s"],
+                   update_s=_now() - t0, payload_bytes_up=len(up) + len(ack_bytes),
+                   payload_bytes_down=len(payload) + (resync_bytes or (1 if due else 0)),
+                   wire_bytes_up=tx, wire_bytes_down=rx, in_sync=in_sync, resync_bytes=resync_bytes)
+        if flipped:
+            row["fault"] = flipped
+        ctx.recorder.row(step, **row)
+        ctx.heartbeat(step)
+
+
+def _apply_verdict(ch, s: Setup, tag: str) -> tuple[bool, int]:
+    """Receive the learner's verdict; load the resync it carries, if any. (in sync, resync bytes)."""
+    verdict, _ = ch.scatter(None, tag)
+    if verdict[:1] == _RESYNC:
+        s.sync.load_resync(verdict[1:])
+        return False, len(verdict)
+    return True, 0

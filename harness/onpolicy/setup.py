@@ -1,0 +1,125 @@
+"""What every on-policy role builds from the run config: the policy (student base + LoRA),
+its replica (adapter tensors + optimizer where needed), the task, and its side of the sync.
+
+Every process builds the adapter from the same seed (``seed``), so all replicas start
+identical; the loop checks that before the first update. The learner alone loads the
+teacher (distill) and always holds an optimizer; workers hold one only when the method
+replays steps (hilo).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.onpolicy import sync as syncs
+from harness.onpolicy.state import Replica, SyncError, adapter_params, flip_bit, make_optimizer
+
+
+@dataclass
+class Setup:
+    cfg: dict                     # the resolved run config (plain dict)
+    policy: Any                   # peft.PeftModel
+    replica: Replica
+    task: Any                     # harness.tasks OnPolicyTask
+    sync: Any                     # LearnerSync (rank 0) | WorkerSync
+    method: str
+    seed: int
+
+
+def compressor_factory(comp: dict) -> Callable[[], Any]:
+    """A function building the configured compressor, without error feedback (the sync method
+    decides where a residual lives); every process calls it alike."""
+    from harness.compress import build_from_config
+
+    return lambda: build_from_config({**comp, "error_feedback": False})
+
+
+def training_rank(cfg: dict) -> int:
+    """method.rank (lowrank) wins over model.rank."""
+    return int(cfg["method"].get("rank") or cfg["model"]["rank"])
+
+
+def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: None,
+                      poll_s: float = 2.0) -> None:
+    """Make sure the cached student (and teacher, for distill) exist before anyone loads them.
+
+    Rank 0 builds what is missing (transformers' save_pretrained writes nothing on another
+    torch.distributed rank); the others wait for the finished entries. Both call ``beat``
+    while they wait, so a long first-time pretraining is not taken for a hang. The waiting
+    assumes one file system (one machine): on several machines, pre-build the cache.
+    """
+    import threading
+
+    from harness.tasks.cache import entry_path, pretrained
+
+    kinds = ["student"] + (["teacher"] if cfg["task"]["name"] == "distill" else [])
+    if cfg["model"].get("name") == "hf":
+        return
+    if rank == 0:
+        errors: list[BaseException] = []
+
+        def build() -> None:
+            try:
+                for kind in kinds:
+                    pretrained(kind, cfg["model"], cfg["task"], progress=False)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the calling thread
+                errors.append(err)
+        worker = threading.Thread(target=build, daemon=True, name="pretrain")
+        worker.start()
+        while worker.is_alive():
+            beat()
+            worker.join(poll_s)
+        if errors:
+            raise errors[0]
+        return
+    paths = [entry_path(kind, cfg["model"], cfg["task"]) / "meta.json" for kind in kinds]
+    while not all(p.is_file() for p in paths):
+        beat()
+        time.sleep(poll_s)
+
+
+def build_setup(cfg: dict, role: str, device: str = "cpu") -> Setup:
+    """Build ``role`` ("learner" | "worker") from the config on ``device``."""
+    from harness.tasks import build_task, build_tokenizer, load_base, make_lora
+
+    method, model_cfg, task_cfg, op = cfg["method"], cfg["model"], cfg["task"], cfg["onpolicy"]
+    seed = int(cfg.get("seed", 0))
+    name = method["name"]
+    if name not in syncs.METHODS:
+        raise SyncError(f"method.name: {name!r} is not an on-policy method; use one of {', '.join(syncs.METHODS)}")
+    if int(task_cfg["prompt_batch"]) < int(op["workers"]):
+        raise SyncError(f"task.prompt_batch: {task_cfg['prompt_batch']} prompts cannot be sharded over "
+                        f"{op['workers']} workers (onpolicy.workers); use prompt_batch >= workers")
+    learner = role == "learner"
+    tokenizer = build_tokenizer(model_cfg)
+    base = load_base("student", model_cfg, task_cfg)
+    policy = make_lora(base, rank=training_rank(cfg), alpha=model_cfg.get("alpha"),
+                       targets=list(model_cfg["targets"]), init=model_cfg.get("lora_init", "default"),
+                       seed=seed).to(device)
+    if task_cfg["name"] == "distill" and not learner:
+        from harness.tasks import OnPolicyTask   # workers only sample: no teacher needed
+
+        task = OnPolicyTask(task_cfg, tokenizer)
+    else:
+        teacher = load_base("teacher", model_cfg, task_cfg).to(device) if task_cfg["name"] == "distill" else None
+        task = build_task(task_cfg, tokenizer, teacher=teacher)
+    params = adapter_params(policy)
+    optimizer = None
+    if learner or syncs.worker_needs_optimizer(name):
+        optimizer = make_optimizer(params, op["optimizer"], float(op["lr"]), float(op["weight_decay"]))
+    replica = Replica(params, optimizer)
+    comp = cfg["compressor"]
+    side = syncs.build(name, role, replica, sync_dtype=method.get("sync_dtype", "bf16"),
+                       compressor_factory=compressor_factory(comp) if name in ("delta", "hilo") else None,
+                       error_feedback=bool(comp.get("error_feedback", True)))
+    return Setup(cfg, policy, replica, task, side, name, seed)
+
+
+def inject_fault(setup: Setup, worker: int, step: int) -> str | None:
+    """Test-only fault (onpolicy.fault_flip_*): flip one bit of worker ``worker``'s state (role
+    worker<i>) after it applied update ``step``. Returns what was flipped, or None."""
+    op = setup.cfg["onpolicy"]
+    if int(op.get("fault_flip_step", -1)) == step and int(op.get("fault_flip_worker", 1)) == worker:
+        return flip_bit(setup.replica, str(op.get("fault_flip_target", "param")))
+    return None

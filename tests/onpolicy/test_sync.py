@@ -1,0 +1,146 @@
+"""Pure tier: every sync method in one process, learner and worker replicas side by side.
+
+The invariants: hilo+identity(fp32) follows full_sync(fp32)'s learner trajectory bit for bit;
+hilo with a lossy compressor keeps learner and worker bit-identical (adapter and Adam state);
+delta's learner knows the worker's adapter exactly; a flipped bit is seen and repaired."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.onpolicy import sync as syncs
+from harness.onpolicy.state import Replica, SyncError, adapter_params, checksum, flip_bit, make_optimizer
+
+from .helpers import compressor, lm_backward, make_peft
+
+LR = 1e-2
+
+
+def pair(method: str, comp=None, sync_dtype="fp32", rank=8, ef=True):
+    """(learner model, learner sync, worker model, worker sync) built alike from one seed."""
+    lm, wm = make_peft(rank), make_peft(rank)
+    lp, wp = adapter_params(lm), adapter_params(wm)
+    lrep = Replica(lp, make_optimizer(lp, "adamw", LR))
+    wrep = Replica(wp, make_optimizer(wp, "adamw", LR) if syncs.worker_needs_optimizer(method) else None)
+    factory = (lambda: compressor(**comp)) if comp else None
+    ls = syncs.build(method, "learner", lrep, sync_dtype=sync_dtype, compressor_factory=factory, error_feedback=ef)
+    ws = syncs.build(method, "worker", wrep, sync_dtype=sync_dtype, compressor_factory=factory)
+    return lm, ls, wm, ws
+
+
+def run(lm, ls, wm, ws, steps, check=None):
+    losses, sizes = [], []
+    for step in range(steps):
+        losses.append(lm_backward(lm, step))
+        update = ls.step(step)
+        ws.apply(update.payload, step)
+        sizes.append(len(update.payload))
+        if check:
+            check(step, ls, ws)
+    return losses, sizes
+
+
+def same_tensors(a: dict, b: dict) -> bool:
+    return all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_hilo_identity_follows_full_sync_bit_for_bit():
+    fm, fs, fwm, fws = pair("full_sync", sync_dtype="fp32")
+    hm, hs, hwm, hws = pair("hilo", comp=dict(name="identity", dtype="fp32"))
+    f_losses, _ = run(fm, fs, fwm, fws, 5)
+    h_losses, _ = run(hm, hs, hwm, hws, 5)
+    assert f_losses == h_losses
+    assert same_tensors(adapter_params(fm), adapter_params(hm))
+    assert checksum(fs.replica.params, fs.replica.optimizer) == hs.replica.checksum()   # Adam state too
+    assert fws.checksum() == fs.expected_checksum()
+    assert hws.checksum() == hs.expected_checksum()
+    assert same_tensors(adapter_params(hwm), adapter_params(fwm))
+
+
+@pytest.mark.parametrize("name", ["spar", "topk", "powersgd"])
+def test_hilo_lossy_keeps_replicas_bit_identical(name):
+    lm, ls, wm, ws = pair("hilo", comp=dict(name=name, budget=0.1))
+    full = sum(p.numel() for p in ls.replica.params.values()) * 2
+
+    def check(step, ls, ws):
+        assert ws.checksum() == ls.expected_checksum(), f"step {step}"
+    _, sizes = run(lm, ls, wm, ws, 4, check)
+    assert max(sizes) <= 0.1 * full
+    assert ls.worker_view() is None
+    assert same_tensors(adapter_params(lm), adapter_params(wm))
+
+
+def test_hilo_error_feedback_invariant():
+    lm, ls, wm, ws = pair("hilo", comp=dict(name="spar", budget=0.1))
+    lm_backward(lm, 0)
+    grads = {n: p.grad.clone() for n, p in ls.replica.params.items()}
+    ls.step(0)
+    lm_backward(lm, 1)
+    g1 = {n: p.grad.clone() for n, p in ls.replica.params.items()}
+    old = {n: e.clone() for n, e in ls.residual.items()}
+    assert old, "error feedback keeps a residual"
+    update = ls.step(1)
+    decoded = syncs._decode(ls.compressor, update.payload)
+    for n in grads:
+        assert torch.allclose(decoded[n] + ls.residual[n], g1[n] + old[n], atol=1e-6)
+
+
+
+def test_delta_learner_tracks_the_worker_exactly_and_the_policies_differ():
+    lm, ls, wm, ws = pair("delta", comp=dict(name="spar", budget=0.1))
+
+    def check(step, ls, ws):
+        assert ws.checksum() == ls.expected_checksum(), f"step {step}"
+    run(lm, ls, wm, ws, 4, check)
+    assert same_tensors(ls.worker_view(), adapter_params(wm))
+    assert not same_tensors(ls.worker_view(), adapter_params(lm))
+
+
+@pytest.mark.parametrize("method, comp, dtype", [
+    ("full_sync", None, "bf16"), ("full_sync", None, "fp32"), ("delta", dict(name="spar", budget=0.1), "bf16"),
+    ("hilo", dict(name="spar", budget=0.1), "bf16"),
+])
+def test_replicas_built_alike_start_in_sync(method, comp, dtype):
+    _, ls, _, ws = pair(method, comp=comp, sync_dtype=dtype)
+    assert ws.checksum() == ls.expected_checksum()
+
+
+def test_full_sync_bf16_workers_hold_the_rounded_adapter():
+    lm, ls, wm, ws = pair("full_sync", sync_dtype="bf16")
+    run(lm, ls, wm, ws, 2)
+    assert ws.checksum() == ls.expected_checksum()
+    view = ls.worker_view()
+    assert same_tensors(view, adapter_params(wm))
+    assert not same_tensors(view, adapter_params(lm))           # rounding is real
+
+
+@pytest.mark.parametrize("method, target, comp", [
+    ("hilo", "exp_avg", dict(name="spar", budget=0.1)),
+    ("hilo", "param", dict(name="spar", budget=0.1)),
+    ("delta", "param", dict(name="topk", budget=0.1)),
+    ("full_sync", "param", None),
+])
+def test_corrupted_worker_is_detected_and_repaired(method, target, comp):
+    lm, ls, wm, ws = pair(method, comp=comp, sync_dtype="bf16")
+    run(lm, ls, wm, ws, 2)
+    assert ws.checksum() == ls.expected_checksum()
+    flip_bit(ws.replica, target)
+    assert ws.checksum() != ls.expected_checksum()             # detected
+    resync = ls.resync_payload()
+    ws.load_resync(resync)
+    assert ws.checksum() == ls.expected_checksum()             # repaired
+    run(lm, ls, wm, ws, 2)                                      # and it stays repaired
+    assert ws.checksum() == ls.expected_checksum()
+
+
+def test_hilo_without_a_gradient_says_so():
+    lm, ls, wm, ws = pair("hilo", comp=dict(name="identity", dtype="fp32"))
+    with pytest.raises(SyncError, match="no gradient"):
+        ls.step(0)
+
+
+def test_unknown_method_names_the_key():
+    lm = make_peft()
+    p = adapter_params(lm)
+    with pytest.raises(SyncError, match="method.name: 'zip'"):
+        syncs.build("zip", "learner", Replica(p, make_optimizer(p)))
