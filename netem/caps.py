@@ -43,6 +43,16 @@ class Capabilities:
                 return "tc"
         return "userspace"
 
+    def emulation_missing(self) -> str | None:
+        """Why real namespaces and kernel shaping cannot be used here; None when they can."""
+        if not self.root:
+            return "needs root or CAP_NET_ADMIN to create network namespaces"
+        if not self.netns:
+            return f"network namespaces unavailable here ({self.notes.get('netns', 'probe failed')})"
+        if not (self.qdiscs.get("tbf") or self.qdiscs.get("netem")):
+            return "kernel has neither sch_tbf nor sch_netem"
+        return None
+
     def backends(self) -> list[str]:
         """Every backend this machine can run, best first ('model' is always possible)."""
         found = []

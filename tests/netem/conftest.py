@@ -9,14 +9,7 @@ import pytest
 def _emulation_skip_reason() -> str | None:
     from netem.caps import probe
 
-    found = probe()
-    if not found.root:
-        return "needs root or CAP_NET_ADMIN to create network namespaces"
-    if not found.netns:
-        return f"network namespaces unavailable: {found.notes.get('netns', 'probe failed')}"
-    if not (found.qdiscs.get("tbf") or found.qdiscs.get("netem")):
-        return "kernel has neither sch_tbf nor sch_netem"
-    return None
+    return probe().emulation_missing()
 
 
 @pytest.fixture(scope="session")

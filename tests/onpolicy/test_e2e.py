@@ -4,7 +4,6 @@ flipped in worker 1's state after update 1 in every run. One scenario, several a
 each launch costs ~10 s of process start-up on 2 cores."""
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -15,12 +14,10 @@ FAULT_STEP = 1
 
 
 def _backend() -> str:
+    """tc (or netem) as root, userspace otherwise: what net.backend=auto picks."""
     from netem.caps import probe
 
-    caps = probe()
-    if os.geteuid() == 0 and caps.netns and caps.qdiscs.get("tbf"):
-        return "tc"
-    return "userspace"
+    return probe().best_backend()
 
 
 @pytest.fixture(scope="module")

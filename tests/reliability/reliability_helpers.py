@@ -24,14 +24,8 @@ def emulation_skip_reason() -> str | None:
     """Why real namespaces and kernel shaping cannot be used here (None when they can)."""
     from netem.caps import probe
 
-    found = probe()
-    if not found.root:
-        return "emulated: needs root or CAP_NET_ADMIN to create network namespaces"
-    if not found.netns:
-        return f"emulated: network namespaces unavailable here ({found.notes.get('netns', 'probe failed')})"
-    if not (found.qdiscs.get("tbf") or found.qdiscs.get("netem")):
-        return "emulated: kernel has neither sch_tbf nor sch_netem"
-    return None
+    missing = probe().emulation_missing()
+    return f"emulated: {missing}" if missing else None
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = POLL_S) -> Any:
