@@ -81,20 +81,23 @@ def zero_pad_average(items: WeightedTensors, base: Tensor, dim: int) -> Tensor:
     """HetLoRA: zero-pad every client tensor along ``dim`` to base's size, weighted mean.
 
     Weights are normalised over all clients of the round, so a component held by few
-    clients is shrunk towards zero (HetLoRA's known rank-collapse pressure; it does not use
-    ``base`` except for the shape, dtype and the empty-round case).
+    clients is shrunk towards zero (HetLoRA's known pressure on high-rank components).
+    Components (indices along ``dim``) that no client of the round holds keep ``base``.
     """
     if not items:
         return base.detach().clone()
     out = torch.zeros(base.shape, dtype=torch.float64)
+    held = 0
     for (tensor, _), p in zip(items, normalised([w for _, w in items])):
-        index = [slice(None)] * base.dim()
-        index[dim] = slice(0, tensor.shape[dim])
-        if tensor.dim() != base.dim() or any(tensor.shape[d] != base.shape[d] for d in range(base.dim()) if d != dim) \
-                or tensor.shape[dim] > base.shape[dim]:
+        if tensor.dim() != base.dim() or tensor.shape[dim] > base.shape[dim] or \
+                any(tensor.shape[d] != base.shape[d] for d in range(base.dim()) if d != dim):
             raise ValueError(f"client tensor of shape {tuple(tensor.shape)} does not fit the server's "
                              f"{tuple(base.shape)} padded along dim {dim}")
-        out[tuple(index)] += p * tensor.detach().to(torch.float64)
+        out.narrow(dim, 0, tensor.shape[dim]).add_(p * tensor.detach().to(torch.float64))
+        held = max(held, tensor.shape[dim])
+    rest = base.shape[dim] - held
+    if rest:
+        out.narrow(dim, held, rest).copy_(base.detach().narrow(dim, held, rest).to(torch.float64))
     return out.to(base.dtype)
 
 
@@ -126,19 +129,25 @@ def product_average(items: Sequence[tuple[tuple[Tensor, Tensor], float]]) -> Ten
     return total
 
 
-def svd_split(delta: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+def svd_split(delta: Tensor, rank: int, min_row_norm: float = 0.0) -> tuple[Tensor, Tensor]:
     """FlexLoRA redistribution: the best rank-``rank`` factors of ``delta`` (Eckart-Young).
 
-    Returns ``(B, A)`` with ``B = U_r sqrt(S_r)`` (d_out x r) and ``A = sqrt(S_r) V_r^T``
-    (r x d_in), float64: the singular values are split evenly between the factors.
+    Returns ``(B, A)`` in float64 with ``B A == U_r S_r V_r^T`` (the truncated SVD) and the
+    singular values split evenly, ``B = U sqrt(S)``, ``A = sqrt(S) V^T`` (balanced factors:
+    the gradient of one factor does not scale with the square of the other's size), except
+    that a row of A is never shorter than ``min_row_norm``: for small singular values
+    ``A_j = min_row_norm V_j`` and ``B_j = U_j S_j / min_row_norm``, so that a component
+    with S_j ~ 0 still has a live A row (B = A = 0 would be a saddle nothing learns from).
+    ``rank`` may be at most min(d_out, d_in).
     """
-    if rank < 1:
-        raise ValueError(f"svd_split: rank {rank} must be >= 1")
+    if not 1 <= rank <= min(delta.shape):
+        raise ValueError(f"svd_split: rank {rank} outside 1..{min(delta.shape)} (the matrix is {tuple(delta.shape)})")
     u, s, vh = torch.linalg.svd(delta.to(torch.float64), full_matrices=False)
-    r = min(rank, s.numel())
-    root = s[:r].sqrt()
-    b, a = u[:, :r] * root, root[:, None] * vh[:r]
-    if r < rank:   # a rank above min(d_out, d_in): pad with zero components
-        b = torch.cat([b, b.new_zeros(b.shape[0], rank - r)], dim=1)
-        a = torch.cat([a, a.new_zeros(rank - r, a.shape[1])], dim=0)
-    return b, a
+    return split_factors(u, s, vh, rank, min_row_norm)
+
+
+def split_factors(u: Tensor, s: Tensor, vh: Tensor, rank: int, min_row_norm: float = 0.0) -> tuple[Tensor, Tensor]:
+    """:func:`svd_split` from a precomputed SVD (one SVD serves every client rank)."""
+    a_norm = s[:rank].sqrt().clamp_min(float(min_row_norm))
+    safe = torch.where(a_norm > 0, a_norm, torch.ones_like(a_norm))
+    return u[:, :rank] * (s[:rank] / safe), a_norm[:, None] * vh[:rank]

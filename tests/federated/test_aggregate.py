@@ -87,10 +87,14 @@ def test_flora_stack_is_exact_with_mixed_ranks():
 
 
 def test_hetlora_zero_pad_shrinks_components_held_by_few():
-    b4, b1 = _b(4, 1), _b(1, 2)
-    out = agg.zero_pad_average([(b4, 1.0), (b1, 1.0)], torch.zeros(D_OUT, R_MAX, dtype=torch.float64), dim=1)
+    b4, b1 = _b(3, 1), _b(1, 2)
+    base = _b(R_MAX, 9)
+    out = agg.zero_pad_average([(b4, 1.0), (b1, 1.0)], base, dim=1)
     torch.testing.assert_close(out[:, 0], (b4[:, 0] + b1[:, 0]) / 2)
-    torch.testing.assert_close(out[:, 1:], b4[:, 1:] / 2)
+    torch.testing.assert_close(out[:, 1:3], b4[:, 1:] / 2)
+    torch.testing.assert_close(out[:, 3], base[:, 3])          # nobody holds it: kept
+    rows = agg.zero_pad_average([(_a(1, 3), 1.0), (_a(2, 4), 3.0)], _a(R_MAX, 5), dim=0)
+    torch.testing.assert_close(rows[1], 0.75 * _a(2, 4)[1])
 
 
 def test_svd_split_is_best_low_rank_and_exact_at_full_rank():
@@ -98,12 +102,15 @@ def test_svd_split_is_best_low_rank_and_exact_at_full_rank():
     delta = agg.product_average(items)          # rank <= 4
     b, a = agg.svd_split(delta, 4)
     torch.testing.assert_close(b @ a, delta, rtol=0, atol=1e-10)
+    torch.testing.assert_close(b.norm(dim=0), a.norm(dim=1))       # balanced: sqrt(S) on each side
     b1, a1 = agg.svd_split(delta, 1)
     s = torch.linalg.svdvals(delta)
     torch.testing.assert_close((delta - b1 @ a1).norm(), s[1:].norm())
-    b8, a8 = agg.svd_split(delta, 8)             # more than min(d_out, d_in): zero-padded
-    assert b8.shape == (D_OUT, 8) and a8.shape == (8, D_IN)
-    torch.testing.assert_close(b8 @ a8, delta, rtol=0, atol=1e-10)
+    b5, a5 = agg.svd_split(delta, 5, min_row_norm=0.5)  # above the numerical rank: the 5th has S = 0
+    torch.testing.assert_close(b5 @ a5, delta, rtol=0, atol=1e-10)
+    assert a5[4].norm() == pytest.approx(0.5) and b5[:, 4].norm() < 1e-10  # a live A row, B = 0
+    with pytest.raises(ValueError, match="rank 6 outside"):
+        agg.svd_split(delta, 6)
 
 
 def test_weights_must_be_positive():

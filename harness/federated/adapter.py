@@ -1,0 +1,130 @@
+"""A peft LoRA model seen as coefficients in a shared basis: what federated parties exchange.
+
+Every party (server and clients) wraps its own PeftModel in an :class:`Adapter`. Each
+adapted linear layer ("target", in a fixed sorted order shared by every party) holds
+
+    delta W = s B A = C Z      with   B = C sqrt(r) / s,   A = Z / sqrt(r)
+
+where r is this party's rank of the layer and s its peft scale (alpha / r). ``C``
+(d_out x r, "coefficients") and ``Z`` (r x d_in, "basis", unit-variance rows when drawn)
+are what the wire carries and what aggregators average; B and A are what the optimizer
+sees. The convention makes A ~ N(0, 1/r) when Z ~ N(0, 1) (projection.py) and lets
+clients of different ranks and scales be averaged exactly in (C, Z) space.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from harness.federated.projection import checksum
+
+PREFIX = "base_model.model."
+
+
+@dataclass(frozen=True)
+class Target:
+    """One adapted linear layer: its name (shared by every party) and shape."""
+    name: str
+    d_out: int
+    d_in: int
+
+
+class Adapter:
+    """The LoRA layers of ``model`` (a peft PeftModel) in sorted name order."""
+
+    def __init__(self, model: nn.Module) -> None:
+        from peft.tuners.lora import LoraLayer
+
+        self.model = model
+        self.layers: dict[str, nn.Module] = {}
+        for name, module in model.named_modules():
+            if isinstance(module, LoraLayer) and "default" in module.lora_A:
+                self.layers[name.removeprefix(PREFIX)] = module
+        if not self.layers:
+            raise ValueError("the model has no LoRA layer (adapter 'default'); build it with make_lora")
+        self.layers = dict(sorted(self.layers.items()))
+        self.targets = [Target(n, m.base_layer.out_features, m.base_layer.in_features)
+                        for n, m in self.layers.items()]
+
+    # -- shapes and scales ------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return list(self.layers)
+
+    def rank(self, name: str) -> int:
+        return int(self.layers[name].r["default"])
+
+    def scale(self, name: str) -> float:
+        return float(self.layers[name].scaling["default"])
+
+    def factor(self, name: str) -> float:
+        """s / sqrt(r): C = B * factor, B = C / factor."""
+        return self.scale(name) / math.sqrt(self.rank(name))
+
+    # -- parameters -------------------------------------------------------------------------
+    def a(self, name: str) -> nn.Parameter:
+        return self.layers[name].lora_A["default"].weight
+
+    def b(self, name: str) -> nn.Parameter:
+        return self.layers[name].lora_B["default"].weight
+
+    def base(self, name: str) -> Tensor:
+        return self.layers[name].base_layer.weight
+
+    def load(self, name: str, c: Tensor, z: Tensor | None = None) -> None:
+        """Set B from coefficients C (d_out x >= r: first r columns) and, if given, A from Z."""
+        r = self.rank(name)
+        with torch.no_grad():
+            b = self.b(name)
+            b.copy_((c[:, :r].to(torch.float64) / self.factor(name)).to(b.dtype))
+            if z is not None:
+                a = self.a(name)
+                a.copy_((z[:r].to(torch.float64) / math.sqrt(r)).to(a.dtype))
+
+    def coeffs(self, name: str) -> Tensor:
+        """C = B * s / sqrt(r) (d_out x r, float32)."""
+        return (self.b(name).detach().to(torch.float64) * self.factor(name)).float()
+
+    def basis(self, name: str) -> Tensor:
+        """Z = A * sqrt(r) (r x d_in, float32)."""
+        return (self.a(name).detach().to(torch.float64) * math.sqrt(self.rank(name))).float()
+
+    def freeze_a(self, frozen: bool) -> None:
+        """Frozen A gets no gradient at all (requires_grad False: backward skips its matmul)."""
+        for name in self.layers:
+            self.a(name).requires_grad_(not frozen)
+            self.b(name).requires_grad_(True)
+
+    def trainable(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def base_checksum(self, extra: Mapping[str, Tensor] | None = None) -> str:
+        """Checksum of every target's base weight (and ``extra`` tensors, e.g. the shared Z)."""
+        items = {f"base/{n}": self.base(n) for n in self.layers}
+        items.update({f"extra/{k}": v for k, v in (extra or {}).items()})
+        return checksum(items)
+
+    @contextmanager
+    def evaluating(self, deltas: Mapping[str, Tensor]) -> Iterator[nn.Module]:
+        """The model with W + delta in every target and the adapter off; restored after.
+
+        ``deltas`` holds full d_out x d_in updates (any dtype); the original base weights
+        are copied back bit for bit on exit.
+        """
+        saved = {n: self.base(n).detach().clone() for n in deltas}
+        try:
+            with torch.no_grad():
+                for n, d in deltas.items():
+                    w = self.base(n)
+                    w.copy_((w.to(torch.float64) + d.to(torch.float64)).to(w.dtype))
+            with self.model.disable_adapter():
+                yield self.model
+        finally:
+            with torch.no_grad():
+                for n, w in saved.items():
+                    self.base(n).copy_(w)

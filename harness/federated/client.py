@@ -1,0 +1,159 @@
+"""The client loop: receive, catch up on base merges, load factors, train E steps, send back.
+
+Per round the client receives its DownMsg (every client gets one; unselected ones only
+idle), applies the base merges it missed, checks its base (+ seeded Z) against the
+server's checksum, loads C (and Z) into its rank-r_k LoRA, runs E local steps with a fresh
+optimizer at its learning rate eta_k, and sends C back (and Z when A was trained). A
+frozen A has requires_grad False, so backward computes no gradient for it.
+
+Row per selected round (role ``client<k>``): rank, lr, loss (mean train loss), forward_s,
+backward_s (summed over E steps), client_compute_s (the whole local training),
+transfer_down_s / transfer_up_s (receiver-measured: this client's / the server's
+Transfer), send_s (how long the client's send was busy), round_s (down + compute + up),
+payload and tensor bytes per direction, wire bytes (interface counters: rx over the
+downlink, tx from the downlink until the server's next message), in_sync, merges applied.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from harness.federated.messages import DownMsg, UpMsg
+from harness.federated.methods import fresh_basis
+from harness.federated.party import Bases, Party, apply_merge, sync_device, weight_of
+
+
+def make_optimizer(params: list, name: str, lr: float, momentum: float) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    return torch.optim.SGD(params, lr=lr, momentum=momentum)
+
+
+class Client:
+    """Client ``index`` (0-based; its rank in the process group is index + 1)."""
+
+    def __init__(self, party: Party, index: int, trains_a: bool) -> None:
+        self.party, self.index, self.trains_a = party, index, trains_a
+        self.s = party.settings
+        self.rank = self.s.ranks[index]
+        self.names = party.adapter.names
+        self.bases = Bases(party.setup)
+        self.merged = 0                        # base merges applied so far
+        self.examples = weight_of(party.task.client_data(index))
+        gen = torch.Generator()
+        gen.manual_seed(self.s.seed * 1_000_003 + index)
+        self.batches = party.task.batches(index, self.s.batch_size, gen)
+
+    # -- one round ------------------------------------------------------------------------
+    def catch_up(self, msg: DownMsg) -> tuple[str, bool]:
+        """Apply pending merges, load the factors; returns (checksum, matches the server's)."""
+        ad = self.party.adapter
+        for entry in sorted(msg.merges, key=lambda m: m.index):
+            if entry.index < self.merged:
+                continue                       # already have it (sent twice after a retry)
+            apply_merge(ad, entry, self.bases)
+            self.merged = entry.index + 1
+        down = msg.down
+        if down.basis == "seed":
+            z = self.bases.of(down.period)
+            total = ad.base_checksum(extra=z)
+        else:
+            z = down.z if down.basis == "given" else {
+                t.name: fresh_basis(self.s.seed, down.period, self.index, t, self.rank) for t in ad.targets}
+            total = ad.base_checksum()
+        for t in ad.targets:
+            c = down.c.get(t.name)
+            if c is None:                      # fresh LoRA: B = 0
+                c = torch.zeros(t.d_out, self.rank)
+            ad.load(t.name, c, z[t.name])
+        ad.freeze_a(not self.trains_a)
+        return total, total == msg.expect
+
+    def train(self) -> dict[str, float]:
+        """E local steps; returns summed forward/backward/compute seconds and the mean loss."""
+        party = self.party
+        model, task = party.model, party.task
+        lr = self.s.lr_of(self.index)
+        opt = make_optimizer(party.adapter.trainable(), self.s.optimizer, lr, self.s.momentum)
+        model.train()
+        fwd = bwd = 0.0
+        losses = []
+        start = time.perf_counter()
+        for _ in range(self.s.local_steps):
+            batch = {k: v.to(party.device) for k, v in next(self.batches).items()}
+            t0 = time.perf_counter()
+            loss = task.loss(model, batch)
+            sync_device(party.device)
+            t1 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            sync_device(party.device)
+            t2 = time.perf_counter()
+            opt.step()
+            fwd, bwd = fwd + (t1 - t0), bwd + (t2 - t1)
+            losses.append(float(loss.detach()))
+        sync_device(party.device)
+        model.eval()
+        return {"forward_s": fwd, "backward_s": bwd, "client_compute_s": time.perf_counter() - start,
+                "loss": sum(losses) / len(losses), "lr": lr}
+
+    def update(self, round_index: int, info: dict[str, Any]) -> UpMsg:
+        ad = self.party.adapter
+        c = {n: ad.coeffs(n) for n in self.names}
+        z = {n: ad.basis(n) for n in self.names} if self.trains_a else {}
+        return UpMsg(round_index, c, z, info)
+
+
+def run(ctx: Any, party: Party, trains_a: bool) -> None:
+    """The client side of the protocol, round after round (or until the fault injection drops it).
+
+    A round's row is written when the next message from the server arrives: by then the
+    update has fully left this node (so the interface counters hold all its bytes), and
+    the server has told us how long the update took to arrive (the receiver's time is the
+    authoritative transfer time; the sender only knows when the kernel took the bytes).
+    """
+    client = Client(party, ctx.rank - 1, trains_a)
+    names, s = client.names, client.s
+    pending: dict[str, Any] = {}
+
+    def finish(msg: DownMsg, wire_now: Any) -> None:
+        if not pending:
+            return
+        row = dict(pending)
+        pending.clear()
+        up_s = float(msg.last_up_s) if msg.last_up_s is not None else float("nan")
+        row.update(transfer_up_s=up_s, round_s=row["transfer_down_s"] + row["client_compute_s"] + up_s,
+                   wire_bytes_up=wire_now.tx_bytes - row.pop("_tx"))
+        ctx.recorder.row(row.pop("_step"), **row)
+
+    for t in range(s.rounds):
+        ctx.heartbeat(t)
+        before = ctx.wire()
+        data, (down_tr,) = ctx.channel.scatter(None, tag=f"fed/down/{t}")
+        after = ctx.wire()
+        msg = DownMsg.from_bytes(data, names)
+        finish(msg, after)
+        if not msg.selected:
+            ctx.channel.gather(UpMsg(t, info={"idle": True}).to_bytes(names), tag=f"fed/up/{t}")
+            continue
+        if t >= s.fault_drop_round >= 0 and client.index == s.fault_drop_client:
+            # test fault: this client leaves the federation (answers 'gone', then stops)
+            ctx.channel.gather(UpMsg(t, gone=True).to_bytes(names), tag=f"fed/up/{t}")
+            return
+        checksum, in_sync = client.catch_up(msg)
+        stats = client.train()
+        up = client.update(t, {"examples": client.examples, "checksum": checksum, "in_sync": in_sync,
+                               "transfer_down_s": down_tr.seconds, **stats})
+        payload = up.to_bytes(names)
+        _, (send_tr,) = ctx.channel.gather(payload, tag=f"fed/up/{t}")
+        pending.update(
+            _step=t + 1, _tx=after.tx_bytes, rank=client.rank, lr=stats["lr"], loss=stats["loss"],
+            examples=client.examples, forward_s=stats["forward_s"], backward_s=stats["backward_s"],
+            client_compute_s=stats["client_compute_s"], transfer_down_s=down_tr.seconds, send_s=send_tr.seconds,
+            payload_bytes_down=len(data), payload_bytes_up=len(payload), tensor_bytes_up=up.tensor_bytes,
+            wire_bytes_down=after.rx_bytes - before.rx_bytes, in_sync=in_sync, merges=client.merged,
+            period=msg.down.period)
+    data, _ = ctx.channel.recv(0, tag="fed/end")
+    finish(DownMsg.from_bytes(data, names), ctx.wire())

@@ -1,0 +1,31 @@
+"""Entry of the federated role processes: ``harness.federated.roles:main`` (see harness.cluster).
+
+Rank 0 is the server, rank k+1 is client k. Every process reads the same Settings from
+the config, builds its party (student base + LoRA at its rank, the task) and runs its
+loop: server.py or client.py. Nothing here talks to the network except through
+``ctx.channel``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from harness.federated import methods
+from harness.federated.party import build_party
+from harness.federated.settings import from_cfg
+
+
+def main(ctx: Any) -> None:
+    """Run the server (rank 0) or client ``rank - 1`` of the configured federated method."""
+    from harness.federated import client, server
+
+    settings = from_cfg(ctx.cfg)
+    if ctx.world_size != settings.clients + 1:
+        raise ValueError(f"federated.clients: {settings.clients} clients need {settings.clients + 1} processes, "
+                         f"the cluster has {ctx.world_size}")
+    rank = settings.r_max if ctx.rank == 0 else settings.ranks[ctx.rank - 1]
+    party = build_party(ctx.cfg, settings, rank, device=ctx.device)
+    method = methods.build(settings.method, party.setup)
+    if ctx.rank == 0:
+        server.run(ctx, party, method)
+    else:
+        client.run(ctx, party, method.trains_a)

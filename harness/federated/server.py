@@ -1,0 +1,178 @@
+"""The server loop: sample, send, gather, aggregate, evaluate, record.
+
+Per round t: the method may merge into the base (spra at a period change); the server
+samples clients (seeded), sends every client its DownMsg (selected ones get their factors
+and the base merges they missed; the others an idle note), gathers the answers, folds the
+updates of the clients that answered into the global state (a dropped client is absent),
+applies a returned merge (flora), and evaluates the global model every eval_every rounds.
+
+A client that fails (its process is gone: TransportError, or it answered ``gone``) is
+dropped for the rest of the run when ``federated.drop_policy=continue`` (recorded in the
+row's ``dropped``), and ends the run with the reason when ``fail``.
+
+Server row per round (role ``server``, step = round + 1; step 0 is the evaluation before
+training): round_s (wall clock from the first send to the last answer: the slowest
+selected client sets it), slowest_client_s and straggler (per client: its transfer down +
+compute + transfer up), payload/tensor/wire bytes per direction summed over the round,
+aggregate_s, eval_loss / accuracy (when evaluated), in_sync (every selected client's base
+and projection matched the server's checksum), period, merges, selected, dropped, ranks
+(every client's rank, the run's key), round_ranks (ranks of this round's updates).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from harness.federated.messages import DownMsg, UpMsg
+from harness.federated.methods import Merge, Method, Update
+from harness.federated.party import Bases, Party, apply_merge
+
+
+class ClientFailed(RuntimeError):
+    """A client process failed mid-round (drop_policy=fail ends the run with this)."""
+
+
+class Server:
+    def __init__(self, party: Party, method: Method) -> None:
+        self.party, self.method = party, method
+        self.s = party.settings
+        self.names = party.adapter.names
+        self.bases = Bases(party.setup)
+        self.log: dict[int, Merge] = {}        # base merges every client must apply, by index
+        self.merges = 0
+        self.sent = [0] * self.s.clients        # merges already sent to client k
+        self.alive = list(range(self.s.clients))
+        self.last_up_s: list[float | None] = [None] * self.s.clients   # receiver-side seconds
+
+    def add_merge(self, entry: Merge) -> None:
+        entry.index = self.merges
+        apply_merge(self.party.adapter, entry, self.bases)
+        self.log[entry.index] = entry
+        self.merges += 1
+
+    def expect(self) -> str:
+        """The checksum a client must have after catching up (base, and the seeded Z)."""
+        extra = self.method.basis_extra() if self.method.seeded_basis else None
+        return self.party.adapter.base_checksum(extra=extra)
+
+    def downlinks(self, t: int, selected: list[int]) -> dict[int, bytes]:
+        expect = self.expect()
+        out = {}
+        for k in self.alive:
+            if k in selected:
+                pending = [self.log[i] for i in range(self.sent[k], self.merges)]
+                msg = DownMsg(t, True, self.method.down(t, k), pending, expect, self.last_up_s[k])
+            else:
+                msg = DownMsg(t, False, last_up_s=self.last_up_s[k])
+            out[k + 1] = msg.to_bytes(self.names)
+        return out
+
+    def goodbye(self) -> dict[int, bytes]:
+        """The end-of-run note to every live client (carries its last update's transfer time)."""
+        return {k + 1: DownMsg(self.s.rounds, False, last_up_s=self.last_up_s[k]).to_bytes(self.names)
+                for k in self.alive}
+
+    def evaluate(self) -> dict[str, float]:
+        deltas = {n: self.method.delta(n) for n in self.names}
+        with self.party.adapter.evaluating(deltas) as model:
+            return dict(self.party.task.evaluate(model))
+
+
+def _send_all(channel: Any, payloads: dict[int, bytes], tag: str, tolerant: bool) -> dict[int, Any]:
+    """Channel.scatter (one payload per node); with ``tolerant`` one send per node, so that a
+    dead node fails alone instead of failing the scatter."""
+    if not tolerant:
+        _, transfers = channel.scatter(payloads, tag=tag)
+        return {tr.dst: tr for tr in transfers}
+    return _per_peer(lambda r: channel.send(r, payloads[r], tag), list(payloads))
+
+
+def _recv_all(channel: Any, ranks: list[int], tag: str) -> dict[int, Any]:
+    """One receive per node, concurrently; a failure is returned (not raised) per node."""
+    return _per_peer(lambda r: channel.recv(r, tag), ranks)
+
+
+def _per_peer(job, ranks: list[int]) -> dict[int, Any]:
+    results: dict[int, Any] = {}
+
+    def run(r: int) -> None:
+        try:
+            results[r] = job(r)
+        except Exception as err:  # noqa: BLE001 - a failed peer is data for the drop policy
+            results[r] = err
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in ranks]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return results
+
+
+def run(ctx: Any, party: Party, method: Method) -> None:
+    srv = Server(party, method)
+    s, ch, names = srv.s, ctx.channel, srv.names
+    t_eval = time.perf_counter()
+    first = srv.evaluate()
+    ranks = list(s.ranks)
+    ctx.recorder.row(0, rank=s.r_max, ranks=ranks, eval_s=time.perf_counter() - t_eval, **first)
+    for t in range(s.rounds):
+        ctx.heartbeat(t)
+        wire0 = ctx.wire()
+        entry = method.begin_round(t)
+        if entry is not None:
+            srv.add_merge(entry)
+        selected = s.selected(t, srv.alive)
+        payloads = srv.downlinks(t, selected)
+        start = time.perf_counter()
+        sent = _send_all(ch, payloads, tag=f"fed/down/{t}", tolerant=s.drop_policy == "continue")
+        got = _recv_all(ch, [k + 1 for k in srv.alive], tag=f"fed/up/{t}")
+        round_s = time.perf_counter() - start
+        updates, dropped, in_sync, per_client, up_bytes, tensor_up = [], [], [], {}, 0, 0
+        for k in list(srv.alive):
+            result = got[k + 1]
+            failure = result if isinstance(result, Exception) else None
+            sent_failure = sent.get(k + 1) if isinstance(sent.get(k + 1), Exception) else None
+            msg = None if failure or sent_failure else UpMsg.from_bytes(result[0], names)
+            if failure or sent_failure or msg.gone:
+                why = str(failure or sent_failure or "client left (answered gone)")
+                if s.drop_policy == "fail":
+                    raise ClientFailed(f"client{k} failed in round {t}: {why} (federated.drop_policy=fail)")
+                srv.alive.remove(k)
+                dropped.append(f"client{k}")
+                continue
+            if k not in selected:
+                continue
+            srv.sent[k] = srv.merges
+            tr_up = result[1]
+            srv.last_up_s[k] = tr_up.seconds
+            up_bytes, tensor_up = up_bytes + len(result[0]), tensor_up + msg.tensor_bytes
+            in_sync.append(bool(msg.info["in_sync"]))
+            per_client[f"client{k}"] = msg.info["transfer_down_s"] + msg.info["client_compute_s"] + tr_up.seconds
+            updates.append(Update(k, s.ranks[k], float(msg.info["examples"]), msg.c, msg.z or None))
+        t_agg = time.perf_counter()
+        entry = method.aggregate(t, updates)
+        if entry is not None:
+            srv.add_merge(entry)
+        aggregate_s = time.perf_counter() - t_agg
+        for i in [i for i in srv.log if i < min((srv.sent[k] for k in srv.alive), default=srv.merges)]:
+            del srv.log[i]                     # every live client has it
+        row: dict[str, Any] = {}
+        if s.evaluates(t):
+            t_eval = time.perf_counter()
+            row.update(srv.evaluate(), eval_s=time.perf_counter() - t_eval)
+        wire1 = ctx.wire()
+        straggler = max(per_client, key=per_client.get) if per_client else None
+        ctx.recorder.row(
+            t + 1, rank=s.r_max, round_s=round_s, aggregate_s=aggregate_s,
+            slowest_client_s=per_client.get(straggler, float("nan")) if straggler else float("nan"),
+            straggler=straggler, payload_bytes_down=sum(len(p) for p in payloads.values()),
+            payload_bytes_up=up_bytes, tensor_bytes_up=tensor_up,
+            wire_bytes_down=wire1.tx_bytes - wire0.tx_bytes, wire_bytes_up=wire1.rx_bytes - wire0.rx_bytes,
+            in_sync=all(in_sync) if in_sync else None, n_updates=len(updates), period=getattr(method, "period", 0),
+            merges=srv.merges, selected=[f"client{k}" for k in selected], dropped=dropped,
+            ranks=ranks, round_ranks=[s.ranks[u.client] for u in updates], **row)
+    end = srv.goodbye()
+    if end:
+        _per_peer(lambda r: ch.send(r, end[r], tag="fed/end"), list(end))

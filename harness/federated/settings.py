@@ -1,0 +1,102 @@
+"""The federated run's knobs, read once from the resolved config and checked.
+
+Every party builds the same :class:`Settings` from the same config, so client ranks,
+sampling, learning rates and the projection seed agree without being sent.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from harness.federated.methods import METHODS
+from harness.federated.projection import LR_RULES, rank_lr
+from harness.validate import ConfigError
+
+OPTIMIZERS = ("sgd", "adamw")
+DROP_POLICIES = ("fail", "continue")
+
+
+@dataclass(frozen=True)
+class Settings:
+    method: str
+    clients: int
+    ranks: tuple[int, ...]       # rank of client k (the config's list, cycled)
+    rounds: int
+    local_steps: int             # E
+    fraction: float
+    lr: float                    # eta_ref at r_ref
+    r_ref: int
+    lr_rule: str
+    resample_every: int          # T; 0 never
+    eval_every: int
+    drop_policy: str
+    optimizer: str
+    momentum: float
+    batch_size: int
+    seed: int
+    fault_drop_round: int        # tests: this round, client fault_drop_client stops answering
+    fault_drop_client: int
+
+    @property
+    def r_max(self) -> int:
+        return max(self.ranks)
+
+    def lr_of(self, client: int) -> float:
+        """Client k's learning rate: eta_ref * f(r_k / r_ref)."""
+        return rank_lr(self.lr, self.ranks[client], self.r_ref, self.lr_rule)
+
+    def selected(self, round_index: int, alive: list[int]) -> list[int]:
+        """The clients of a round: max(1, round(fraction * K)) of the alive ones, seeded by (seed, round)."""
+        if not alive:
+            return []
+        count = min(len(alive), max(1, round(self.fraction * self.clients)))
+        digest = hashlib.sha256(f"select/{self.seed}/{round_index}".encode()).digest()
+        return sorted(random.Random(int.from_bytes(digest[:8], "little")).sample(sorted(alive), count))
+
+    def evaluates(self, round_index: int) -> bool:
+        """Eval after round t (0-based) every eval_every rounds and after the last."""
+        last = round_index == self.rounds - 1
+        return last or (self.eval_every > 0 and (round_index + 1) % self.eval_every == 0)
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def from_cfg(cfg: Mapping[str, Any]) -> Settings:
+    """Settings of a resolved config (plain dict or DictConfig); ConfigError names a bad key."""
+    fed, method = cfg["federated"], cfg["method"]
+    name = method["name"]
+    _need(name in METHODS, f"method.name: {name!r} is not a federated method; choose one of {', '.join(METHODS)}")
+    clients = int(fed["clients"])
+    _need(clients >= 1, f"federated.clients: {clients} must be >= 1")
+    base = [int(r) for r in fed["ranks"]]
+    _need(bool(base) and all(r >= 1 for r in base),
+          f"federated.ranks: {base!r} must be a non-empty list of ranks >= 1")
+    ranks = tuple(base[k % len(base)] for k in range(clients))
+    for key in ("rounds", "local_steps"):
+        _need(int(fed[key]) >= 1, f"federated.{key}: {fed[key]!r} must be an integer >= 1")
+    _need(0 < float(fed["fraction"]) <= 1, f"federated.fraction: {fed['fraction']!r} is outside (0, 1]")
+    _need(float(fed["lr"]) > 0, f"federated.lr: {fed['lr']!r} must be > 0")
+    _need(method["lr_rule"] in LR_RULES, f"method.lr_rule: {method['lr_rule']!r} is not allowed; "
+                                         f"choose one of {', '.join(LR_RULES)}")
+    _need(int(method["resample_every"]) >= 0,
+          f"method.resample_every: {method['resample_every']!r} must be >= 0 (0: never resample)")
+    _need(fed["drop_policy"] in DROP_POLICIES, f"federated.drop_policy: {fed['drop_policy']!r} is not allowed; "
+                                               f"choose one of {', '.join(DROP_POLICIES)}")
+    optimizer = fed.get("optimizer", "sgd")
+    _need(optimizer in OPTIMIZERS, f"federated.optimizer: {optimizer!r} is not allowed; choose one of {', '.join(OPTIMIZERS)}")
+    r_ref = int(fed["r_ref"]) if fed.get("r_ref") else max(ranks)
+    _need(r_ref >= 1, f"federated.r_ref: {fed.get('r_ref')!r} must be >= 1")
+    _need(int(fed["eval_every"]) >= 0, f"federated.eval_every: {fed['eval_every']!r} must be >= 0 (0: last round only)")
+    return Settings(
+        method=name, clients=clients, ranks=ranks, rounds=int(fed["rounds"]), local_steps=int(fed["local_steps"]),
+        fraction=float(fed["fraction"]), lr=float(fed["lr"]), r_ref=r_ref, lr_rule=str(method["lr_rule"]),
+        resample_every=int(method["resample_every"]), eval_every=int(fed["eval_every"]),
+        drop_policy=str(fed["drop_policy"]), optimizer=optimizer, momentum=float(fed.get("momentum", 0.0)),
+        batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg.get("seed", 0)),
+        fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
+    )

@@ -1,0 +1,72 @@
+"""The real server and client loops in one process (threads + queues): rows, merges, drops."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.federated.methods import METHODS
+from harness.federated.server import ClientFailed
+from harness.record import read_rows
+
+from .fakes import config, run_in_threads
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_runs_and_stays_in_sync(method, tmp_path):
+    cfg = config(method)
+    parties = run_in_threads(cfg, tmp_path)
+    rows = read_rows(tmp_path)
+    server = rows[rows.role == "server"].sort_values("step")
+    clients = rows[rows.role != "server"]
+    assert list(server.step) == [0, 1, 2, 3, 4]
+    assert server.eval_loss.notna().sum() == 3                    # before, after round 2 and 4
+    assert set(clients.role) == {"client0", "client1", "client2"}
+    assert (clients.payload_bytes_up > 0).all() and (clients.forward_s > 0).all()
+    assert server.in_sync.dropna().astype(bool).all(), "a client's base or A differed from the server's"
+    assert clients.in_sync.astype(bool).all()
+    assert json.loads(server.ranks.iloc[0]) == [8, 4, 2]
+    assert sorted(json.loads(server.round_ranks.iloc[-1])) == [2, 4, 8]
+    if method == "spra":                                          # T = 2: merges before rounds 2 and 4
+        assert list(server.merges.iloc[1:]) == [0, 0, 1, 1]
+        assert clients.merges.max() == 1
+    # every party ends with the same base once it has applied every merge it was sent
+    sums = {p.adapter.base_checksum() for p in parties.values()}
+    assert len(sums) == (1 if method != "flora" else 2)           # flora: the last stack is not sent
+
+
+def test_uplink_of_frozen_a_is_b_only(tmp_path):
+    up = {}
+    for method in ("spra", "fedit"):
+        run_in_threads(config(method, rounds=1), tmp_path / method)
+        rows = read_rows(tmp_path / method)
+        up[method] = rows[rows.role != "server"].set_index("role").tensor_bytes_up
+    # targets q (32x32), v (32x32), down (32x48): B elements / (A+B) elements = (32+32+32)/(64+64+80)
+    ratio = (up["spra"] / up["fedit"]).round(6).unique()
+    assert list(ratio) == [round(96 / 208, 6)]
+
+
+def test_drop_policy_continue_goes_on_without_the_client(tmp_path):
+    cfg = config("spra", drop_policy="continue", fault_drop_round=1, fault_drop_client=1)
+    run_in_threads(cfg, tmp_path)
+    rows = read_rows(tmp_path)
+    server = rows[rows.role == "server"].sort_values("step")
+    assert json.loads(server.dropped.iloc[2]) == ["client1"]
+    assert list(server.n_updates.iloc[1:]) == [3, 2, 2, 2]
+    assert "client1" not in set(rows[(rows.role != "server") & (rows.step > 1)].role)
+
+
+def test_drop_policy_fail_ends_the_run(tmp_path):
+    cfg = config("fedit", drop_policy="fail", fault_drop_round=1, fault_drop_client=2)
+    with pytest.raises(ClientFailed, match="client2 failed in round 1"):
+        run_in_threads(cfg, tmp_path)
+
+
+def test_a_dead_client_process_is_dropped(tmp_path):
+    """A client whose process is gone (sends fail) is dropped at once under continue."""
+    cfg = config("ffa", drop_policy="continue", rounds=2)
+    run_in_threads(cfg, tmp_path, dead={3})
+    rows = read_rows(tmp_path)
+    server = rows[rows.role == "server"].sort_values("step")
+    assert json.loads(server.dropped.iloc[1]) == ["client2"]
+    assert list(server.n_updates.iloc[1:]) == [2, 2]
