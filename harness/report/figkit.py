@@ -106,7 +106,7 @@ def legend(fig, axes: list, extra_ok: int = 3) -> None:
     if len(axes) == 1 and len(labels) <= extra_ok:
         axes[0].legend(loc="best")
         return
-    ncol = min(len(labels), 2 if len(axes) == 1 else 5)
+    ncol = min(len(labels), 2 if len(axes) == 1 else 3)   # wider rows overflow a two-panel figure
     fig.legend([handles[lab] for lab in labels], labels, loc="outside upper center", ncol=ncol, columnspacing=1.2)
 
 
