@@ -108,6 +108,28 @@ def test_multirun_runs_every_grid_point(sweep):
 
 @pytest.mark.e2e
 @pytest.mark.slow
+def test_the_whole_pipeline_real_runs_to_tables_and_plots(sweep):
+    """runs -> report -> plots on the sweep's real runs: table schemas and non-empty figures."""
+    import pandas as pd
+
+    from harness.report import build_report
+    from harness.report.tables import HILO_COLUMNS
+
+    tmp, _, _, metas = sweep
+    made = build_report(tmp)
+    hilo = pd.read_csv(tmp / "tables" / "hilo.csv")
+    assert set(HILO_COLUMNS) <= set(hilo.columns), set(HILO_COLUMNS) - set(hilo.columns)
+    assert len(hilo) == len(metas) and set(hilo["method"]) == {"full_sync"}
+    assert (hilo["bytes_per_update"] > 0).all() and (hilo["bytes_frac"] == 1.0).all()
+    assert made["plots"], made["skipped"]
+    for path in made["plots"]:
+        assert Path(path).stat().st_size > 0, path
+    assert {Path(p).suffix for p in made["plots"]} == {".png", ".pdf"}
+    assert "grid_hilo" in (tmp / "summary.md").read_text()
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_rerun_skips_complete_runs_and_redoes_failed_or_interrupted(sweep):
     from harness.record import set_status
 
