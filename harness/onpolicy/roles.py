@@ -27,7 +27,8 @@ update time. Learner rows (seconds; bytes summed over every worker's link):
 Every row also has loss, the task's other loss metrics on the update's rollouts as
 ``train_<name>`` (train_reverse_kl, train_reward, ...), policy_kl (``onpolicy.policy_kl``)
 and, when evaluated, the task's evaluate() metrics on held-out prompts (accuracy, and
-reverse_kl or reward).
+reverse_kl or reward); after the last update also those of the policy the workers hold
+(``worker_accuracy`` ...) where it is not the learner's (delta, bf16 full sync).
 
 Before update 0 every worker's checksum is compared with the learner's (they all build the
 same seeded adapter); the result is ``init_in_sync`` in the row of update 0.
@@ -44,7 +45,7 @@ from typing import Any
 
 import torch
 
-from harness.onpolicy.mismatch import policy_kl
+from harness.onpolicy.mismatch import policy_kl, swapped
 from harness.onpolicy.setup import Setup, build_setup, ensure_pretrained, inject_fault
 
 _LEN = struct.Struct("<I")
@@ -148,11 +149,25 @@ def run_learner(ctx, s: Setup) -> None:
         if op.get("policy_kl", True):
             row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_view(), rollouts)
         if eval_due(step, int(op["eval_every"]), steps):
-            s.policy.eval()
-            metrics = s.task.evaluate(s.policy, int(s.cfg["task"]["eval_prompts"]))
-            row.update({k: float(v) for k, v in metrics.items()})
+            t0 = _now()
+            row.update(evaluate(s, last=step == steps - 1))
+            row["eval_s"] = _now() - t0
         ctx.recorder.row(step, **row)
         ctx.heartbeat(step)
+
+
+def evaluate(s: Setup, last: bool) -> dict[str, float]:
+    """The task's held-out metrics of the learner's policy; after the last update also of the
+    policy the workers actually hold, as ``worker_<metric>``, where that differs (delta,
+    low-precision full sync)."""
+    n = int(s.cfg["task"]["eval_prompts"])
+    s.policy.eval()
+    out = {k: float(v) for k, v in s.task.evaluate(s.policy, n).items()}
+    view = s.sync.worker_view() if last else None
+    if view is not None:
+        with swapped(s.replica.params, view):
+            out.update({f"worker_{k}": float(v) for k, v in s.task.evaluate(s.policy, n).items()})
+    return out
 
 
 def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
