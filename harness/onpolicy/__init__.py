@@ -1,0 +1,11 @@
+"""On-policy post-training over emulated links: one learner, N rollout workers (docs/onpolicy.md).
+
+    roles.main(ctx)            entry of every role process (harness.run launches it)
+    sync.build(method, side, replica, ...) -> LearnerSync | WorkerSync
+                               full_sync, lowrank, delta, hilo: step(step) -> Update (payload)
+                               on the learner, apply(payload, step) on a worker, checksums,
+                               resync
+    state                      Replica, checksum (SHA-256), wire formats, fault injection
+    setup.build_setup(cfg, role, device) -> Setup    policy, replica, task, sync side
+    mismatch.policy_kl(...)    KL(worker policy || learner policy) on rollouts
+"""
