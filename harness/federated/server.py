@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.federated.messages import DownMsg, UpMsg
@@ -50,6 +51,12 @@ class Server:
         apply_merge(self.party.adapter, entry, self.bases)
         self.log[entry.index] = entry
         self.merges += 1
+
+    def prune(self) -> None:
+        """Forget the merges every live client has received."""
+        floor = min((self.sent[k] for k in self.alive), default=self.merges)
+        for i in [i for i in self.log if i < floor]:
+            del self.log[i]
 
     def expect(self) -> str:
         """The checksum a client must have after catching up (base, and the seeded Z)."""
@@ -110,13 +117,49 @@ def _per_peer(job, ranks: list[int]) -> dict[int, Any]:
     return results
 
 
+@dataclass
+class Collected:
+    """What came back in one round: the updates of the selected clients that answered."""
+    updates: list[Update] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    in_sync: list[bool] = field(default_factory=list)
+    client_s: dict[str, float] = field(default_factory=dict)   # transfer down + compute + transfer up
+    up_bytes: int = 0
+    tensor_bytes: int = 0
+
+
+def collect(srv: Server, t: int, selected: list[int], sent: dict[int, Any], got: dict[int, Any]) -> Collected:
+    """Decode the answers; drop (or, with drop_policy=fail, raise for) clients that failed or left."""
+    out = Collected()
+    for k in list(srv.alive):
+        result, send = got[k + 1], sent.get(k + 1)
+        failure = result if isinstance(result, Exception) else send if isinstance(send, Exception) else None
+        msg = None if failure else UpMsg.from_bytes(result[0], srv.names)
+        if failure or msg.gone:
+            why = str(failure or "client left (answered gone)")
+            if srv.s.drop_policy == "fail":
+                raise ClientFailed(f"client{k} failed in round {t}: {why} (federated.drop_policy=fail)")
+            srv.alive.remove(k)
+            out.dropped.append(f"client{k}")
+            continue
+        if k not in selected:
+            continue
+        up = result[1]
+        srv.sent[k], srv.last_up_s[k] = srv.merges, up.seconds
+        out.up_bytes += len(result[0])
+        out.tensor_bytes += msg.tensor_bytes
+        out.in_sync.append(bool(msg.info["in_sync"]))
+        out.client_s[f"client{k}"] = msg.info["transfer_down_s"] + msg.info["client_compute_s"] + up.seconds
+        out.updates.append(Update(k, srv.s.ranks[k], float(msg.info["examples"]), msg.c, msg.z or None))
+    return out
+
+
 def run(ctx: Any, party: Party, method: Method) -> None:
     srv = Server(party, method)
-    s, ch, names = srv.s, ctx.channel, srv.names
-    t_eval = time.perf_counter()
-    first = srv.evaluate()
+    s, ch = srv.s, ctx.channel
     ranks = list(s.ranks)
-    ctx.recorder.row(0, rank=s.r_max, ranks=ranks, eval_s=time.perf_counter() - t_eval, **first)
+    t_eval = time.perf_counter()
+    ctx.recorder.row(0, rank=s.r_max, ranks=ranks, **srv.evaluate(), eval_s=time.perf_counter() - t_eval)
     for t in range(s.rounds):
         ctx.heartbeat(t)
         wire0 = ctx.wire()
@@ -129,50 +172,28 @@ def run(ctx: Any, party: Party, method: Method) -> None:
         sent = _send_all(ch, payloads, tag=f"fed/down/{t}", tolerant=s.drop_policy == "continue")
         got = _recv_all(ch, [k + 1 for k in srv.alive], tag=f"fed/up/{t}")
         round_s = time.perf_counter() - start
-        updates, dropped, in_sync, per_client, up_bytes, tensor_up = [], [], [], {}, 0, 0
-        for k in list(srv.alive):
-            result = got[k + 1]
-            failure = result if isinstance(result, Exception) else None
-            sent_failure = sent.get(k + 1) if isinstance(sent.get(k + 1), Exception) else None
-            msg = None if failure or sent_failure else UpMsg.from_bytes(result[0], names)
-            if failure or sent_failure or msg.gone:
-                why = str(failure or sent_failure or "client left (answered gone)")
-                if s.drop_policy == "fail":
-                    raise ClientFailed(f"client{k} failed in round {t}: {why} (federated.drop_policy=fail)")
-                srv.alive.remove(k)
-                dropped.append(f"client{k}")
-                continue
-            if k not in selected:
-                continue
-            srv.sent[k] = srv.merges
-            tr_up = result[1]
-            srv.last_up_s[k] = tr_up.seconds
-            up_bytes, tensor_up = up_bytes + len(result[0]), tensor_up + msg.tensor_bytes
-            in_sync.append(bool(msg.info["in_sync"]))
-            per_client[f"client{k}"] = msg.info["transfer_down_s"] + msg.info["client_compute_s"] + tr_up.seconds
-            updates.append(Update(k, s.ranks[k], float(msg.info["examples"]), msg.c, msg.z or None))
+        done = collect(srv, t, selected, sent, got)
         t_agg = time.perf_counter()
-        entry = method.aggregate(t, updates)
+        entry = method.aggregate(t, done.updates)
         if entry is not None:
             srv.add_merge(entry)
         aggregate_s = time.perf_counter() - t_agg
-        for i in [i for i in srv.log if i < min((srv.sent[k] for k in srv.alive), default=srv.merges)]:
-            del srv.log[i]                     # every live client has it
+        srv.prune()
         row: dict[str, Any] = {}
         if s.evaluates(t):
             t_eval = time.perf_counter()
             row.update(srv.evaluate(), eval_s=time.perf_counter() - t_eval)
         wire1 = ctx.wire()
-        straggler = max(per_client, key=per_client.get) if per_client else None
+        straggler = max(done.client_s, key=done.client_s.get) if done.client_s else None
         ctx.recorder.row(
             t + 1, rank=s.r_max, round_s=round_s, aggregate_s=aggregate_s,
-            slowest_client_s=per_client.get(straggler, float("nan")) if straggler else float("nan"),
-            straggler=straggler, payload_bytes_down=sum(len(p) for p in payloads.values()),
-            payload_bytes_up=up_bytes, tensor_bytes_up=tensor_up,
+            slowest_client_s=done.client_s[straggler] if straggler else float("nan"), straggler=straggler,
+            payload_bytes_down=sum(len(p) for p in payloads.values()), payload_bytes_up=done.up_bytes,
+            tensor_bytes_up=done.tensor_bytes,
             wire_bytes_down=wire1.tx_bytes - wire0.tx_bytes, wire_bytes_up=wire1.rx_bytes - wire0.rx_bytes,
-            in_sync=all(in_sync) if in_sync else None, n_updates=len(updates), period=getattr(method, "period", 0),
-            merges=srv.merges, selected=[f"client{k}" for k in selected], dropped=dropped,
-            ranks=ranks, round_ranks=[s.ranks[u.client] for u in updates], **row)
+            in_sync=all(done.in_sync) if done.in_sync else None, n_updates=len(done.updates),
+            period=getattr(method, "period", 0), merges=srv.merges, selected=[f"client{k}" for k in selected],
+            dropped=done.dropped, ranks=ranks, round_ranks=[u.rank for u in done.updates], **row)
     end = srv.goodbye()
     if end:
         _per_peer(lambda r: ch.send(r, end[r], tag="fed/end"), list(end))
