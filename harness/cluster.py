@@ -141,10 +141,15 @@ def check_roles(roles: list[RoleSpec], entry: str, backend: str) -> None:
 
 
 def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "auto", run_dir: Path,
-           hang_timeout_s: float = 180.0, progress: bool = True) -> ClusterResult:
-    """Run ``entry(ctx)`` in one process per role on emulated links; always tears everything down."""
+           hang_timeout_s: float = 180.0, progress: bool = True, backend_reason: str = "") -> ClusterResult:
+    """Run ``entry(ctx)`` in one process per role on emulated links; always tears everything down.
+
+    ``backend_reason`` is why a caller that resolved ``auto`` itself got ``backend``; it is printed
+    instead of "asked for".
+    """
     t0 = time.monotonic()
     resolved, why = resolve_backend(backend)
+    why = backend_reason or why
     check_roles(roles, entry, resolved)
     if not hang_timeout_s > 0:
         raise ClusterError(f"net.hang_timeout_s: {hang_timeout_s!r} must be > 0 (seconds without progress)")

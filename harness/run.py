@@ -240,7 +240,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) 
     payload = {"cfg": meta["config"], "keys": keys}
     t0 = time.time()
     try:
-        result = launch(roles, entry, payload, backend=cfg.net.backend,  # launch says why
+        result = launch(roles, entry, payload, backend=backend, backend_reason=why,
                         run_dir=run_dir, hang_timeout_s=float(cfg.net.hang_timeout_s),
                         progress=bool(cfg.progress))
         status, reason = result.status, result.reason

@@ -42,7 +42,11 @@ def remove_namespaces(names: list[str]) -> list[str]:
     present = [n for n in names if (NETNS_DIR / n).exists()]
     if not present:
         return []
-    stop_processes(pids_in(present))
+    for _ in range(3):                     # a process may enter (ip netns exec) while we stop the others
+        pids = pids_in(present)
+        if not pids:
+            break
+        stop_processes(pids)
     removed = []
     for name in present:
         try:

@@ -4,11 +4,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
 from netem import LinkSpec, LinkSpecError, NodeSpec, StarTopology
-from netem.cleanup import clean
+from netem.cleanup import clean, pids_in
 from netem.names import parse
 from netem_helpers import ours_of, run_in, spawn
 
@@ -180,6 +181,9 @@ def test_each_direction_is_shaped_where_it_leaves(emulation, a, b, expect_mbit):
 def test_close_stops_programs_left_running_inside(emulation):
     with StarTopology([NodeSpec("a"), NodeSpec("b")]) as topo:
         stray = subprocess.Popen(topo.exec_prefix("a") + ["sleep", "60"])
-        assert stray.poll() is None
+        deadline = time.monotonic() + 10          # `ip netns exec` enters the namespace, then execs sleep
+        while stray.pid not in pids_in(topo.namespaces) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert stray.poll() is None and stray.pid in pids_in(topo.namespaces)
     assert stray.wait(timeout=5) != 0            # stopped, so it cannot keep the namespace alive
     assert not ours_of(os.getpid())

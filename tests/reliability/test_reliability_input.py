@@ -157,7 +157,7 @@ def test_not_root_auto_falls_back_to_userspace_and_says_so_in_run_json(not_root,
 
     calls = []
 
-    def fake_launch(roles, entry, payload, *, backend, run_dir, hang_timeout_s, progress=True):
+    def fake_launch(roles, entry, payload, *, backend, run_dir, hang_timeout_s, progress=True, backend_reason=""):
         calls.append(backend)
         return ClusterResult("ok", "", backend, {}, {}, 0.0)
 
