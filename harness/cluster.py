@@ -35,6 +35,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import spawn
 from harness.links import LinkTable
 from harness.supervise import RoleProcess, start, stop_all, watch
 from netem.spec import LinkSpec
@@ -154,6 +155,10 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
     if not hang_timeout_s > 0:
         raise ClusterError(f"net.hang_timeout_s: {hang_timeout_s!r} must be > 0 (seconds without progress)")
     try:
+        how = spawn.mode()
+    except spawn.SpawnError as err:
+        raise ClusterError(str(err)) from err
+    try:
         json.dumps(payload)
     except (TypeError, ValueError) as err:
         raise ClusterError(f"payload: must be JSON-serialisable (plain dicts, lists, numbers, strings): {err}") from err
@@ -171,12 +176,15 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
             places = _places(roles, resolved, stack, result)
             payload_path = _write_payload(run_dir, roles, entry, payload, resolved, places, hang_timeout_s)
             env = _base_env(len(roles), places[0]["addr"], _master_port(resolved))
+            forking = how == "fork" and _may_fork(entry)
             for rank, (role, place) in enumerate(zip(roles, places)):
-                cmd = [*place["prefix"], sys.executable, "-m", "harness.role", str(payload_path), str(rank)]
+                argv = [str(payload_path), str(rank)]
+                cmd = [*place["prefix"], sys.executable, "-m", "harness.role", *argv]
                 role_env = {**env, "RANK": str(rank), "GLOO_SOCKET_IFNAME": place["ifname"], "NARROWBAND_ROLE": role.name}
                 with _signals_held():            # a started child is always in `procs`
                     procs.append(start(role.name, rank, cmd, role_env, run_dir / "logs" / f"{role.name}.log",
-                                       expendable=role.expendable))
+                                       expendable=role.expendable, fork=(argv, place["netns"]) if forking else None))
+                _write_pids(run_dir, procs, "fork" if forking else "exec", env)
             result.status, result.reason = watch(procs, hang_timeout_s, STARTUP_TIMEOUT_S, progress,
                                                  label=f"cluster[{resolved}]")
         except _Interrupted as signal_name:
@@ -188,6 +196,15 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
             result.dropped = [p.dropped for p in procs if p.dropped]
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _may_fork(entry: str) -> bool:
+    """Whether role processes may be forked from this process (harness.spawn); preloads the entry."""
+    spawn.preload(entry)
+    unsafe = spawn.fork_unsafe_reason()
+    if unsafe:
+        print(f"[narrowband] starting roles with exec, not fork: {unsafe}", flush=True)
+    return not unsafe
 
 
 def _places(roles: list[RoleSpec], backend: str, stack: ExitStack, result: ClusterResult) -> list[dict]:
@@ -222,6 +239,14 @@ def _write_payload(run_dir: Path, roles: list[RoleSpec], entry: str, payload: di
     path = run_dir / "cluster" / "payload.json"
     path.write_text(json.dumps(spec, indent=1, sort_keys=True))
     return path
+
+
+def _write_pids(run_dir: Path, procs: list[RoleProcess], how: str, env: dict[str, str]) -> None:
+    """``cluster/roles.json``: which process is which role and where they meet (for people and tests:
+    a forked role shows the launcher's command line in ps, and its /proc environ is the launcher's)."""
+    info = {"spawn": how, "master_addr": env["MASTER_ADDR"], "master_port": int(env["MASTER_PORT"]),
+            "roles": [{"name": p.name, "rank": p.rank, "pid": p.popen.pid} for p in procs]}
+    (run_dir / "cluster" / "roles.json").write_text(json.dumps(info, indent=1))
 
 
 def _base_env(world_size: int, master_addr: str, master_port: int) -> dict[str, str]:

@@ -13,6 +13,8 @@
   idle      heartbeat for ``idle_s`` seconds (default: until stopped); writes
             ``selftest/idle-<role>.json`` with its pid first, so a test can kill it.
   hang      write ``selftest/hang-<role>.json``, then sleep without heartbeats.
+  where     write ``selftest/where-<role>.json``: pid, parent pid, whether the process is in its
+            role's namespace, the interfaces it sees, RANK/NARROWBAND_ROLE, how it was started.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from harness.role import RoleContext
 def main(ctx: RoleContext) -> None:
     options = ctx.cfg.get("selftest", {})
     for phase in options.get("phases", ["exchange"]):
-        {"exchange": exchange, "probe": probe, "idle": idle, "hang": hang}[phase](ctx, options)
+        {"exchange": exchange, "probe": probe, "idle": idle, "hang": hang, "where": where}[phase](ctx, options)
 
 
 def payload_for(rank: int, nbytes: int, salt: str = "") -> bytes:
@@ -139,6 +141,20 @@ def hang(ctx: RoleContext, options: dict) -> None:
     _write(ctx, f"hang-{ctx.role}", {"pid": os.getpid(), "role": ctx.role})
     while True:
         time.sleep(1.0)
+
+
+def where(ctx: RoleContext, options: dict) -> None:
+    from pyroute2 import IPRoute
+
+    own = os.stat("/proc/self/ns/net").st_ino
+    with IPRoute() as ipr:
+        links = sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
+    _write(ctx, f"where-{ctx.role}", {
+        "pid": os.getpid(), "ppid": os.getppid(), "links": links, "netns": ctx.netns,
+        "in_netns": ctx.netns is not None and os.stat(f"/var/run/netns/{ctx.netns}").st_ino == own,
+        "rank": os.environ.get("RANK"), "role_env": os.environ.get("NARROWBAND_ROLE"),
+        "forked": "harness.role" not in " ".join(open("/proc/self/cmdline").read().split("\0")),
+    })
 
 
 def _write(ctx: RoleContext, name: str, obj: dict) -> None:

@@ -25,8 +25,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from harness.role import HEARTBEAT_ENV, PR_SET_PDEATHSIG
+from harness.spawn import ForkedProcess, fork_role
 
 STOP_GRACE_S = 3.0
+tqdm.monitor_interval = 0      # no monitor thread: the launcher forks role processes (harness.spawn)
 TAIL_LINES = 12
 # Lines by which a role says a peer went away: such a role is a victim, not the cause.
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
@@ -39,7 +41,7 @@ class RoleProcess:
 
     name: str
     rank: int
-    popen: subprocess.Popen
+    popen: subprocess.Popen | ForkedProcess
     log_path: Path
     beat_fd: int
     last: str = "start?"
@@ -82,18 +84,23 @@ def _child_setup() -> None:
 
 
 def start(name: str, rank: int, cmd: list[str], env: dict[str, str], log_path: Path,
-          expendable: bool = False) -> RoleProcess:
+          expendable: bool = False, fork: tuple[list[str], str | None] | None = None) -> RoleProcess:
     """Start one role process with a heartbeat pipe; its output goes to ``log_path``.
 
+    ``cmd`` is exec'd; with ``fork=(role_argv, netns)`` the child is forked from this process
+    instead and runs ``harness.role.main(role_argv)`` inside ``netns`` (see harness.spawn).
     ``expendable`` (ignored for rank 0, the hub): its death is tolerated by ``watch``.
     """
     read_fd, write_fd = os.pipe()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(log_path, "ab") as log:
-            popen = subprocess.Popen(cmd, env={**env, HEARTBEAT_ENV: str(write_fd)}, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                     start_new_session=True, preexec_fn=_child_setup)
+        if fork is not None:
+            popen = fork_role(fork[0], {**env, HEARTBEAT_ENV: str(write_fd)}, log_path, write_fd, fork[1])
+        else:
+            with open(log_path, "ab") as log:
+                popen = subprocess.Popen(cmd, env={**env, HEARTBEAT_ENV: str(write_fd)}, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                         start_new_session=True, preexec_fn=_child_setup)
     except BaseException:
         os.close(read_fd)
         raise

@@ -12,6 +12,11 @@ from typing import Any
 from harness.federated import methods
 from harness.federated.party import build_party
 from harness.federated.settings import from_cfg
+from harness.tasks.cache import ensure_pretrained
+
+# Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
+# of a role's start-up is importing these.
+PRELOAD = ("torch.distributed", "transformers", "peft", "harness.federated.client", "harness.federated.server")
 
 
 def main(ctx: Any) -> None:
@@ -22,6 +27,7 @@ def main(ctx: Any) -> None:
     if ctx.world_size != settings.clients + 1:
         raise ValueError(f"federated.clients: {settings.clients} clients need {settings.clients + 1} processes, "
                          f"the cluster has {ctx.world_size}")
+    ensure_pretrained(ctx.cfg, ctx.rank, beat=ctx.progress)   # rank 0 builds a missing base, with heartbeats
     rank = settings.r_max if ctx.rank == 0 else settings.ranks[ctx.rank - 1]
     party = build_party(ctx.cfg, settings, rank, device=ctx.device)
     method = methods.build(settings.method, party.setup)

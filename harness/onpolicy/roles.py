@@ -46,7 +46,12 @@ from typing import Any
 import torch
 
 from harness.onpolicy.mismatch import policy_kl, swapped
-from harness.onpolicy.setup import Setup, build_setup, ensure_pretrained, inject_fault
+from harness.onpolicy.setup import Setup, build_setup, inject_fault
+from harness.tasks.cache import ensure_pretrained
+
+# Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
+# of a role's start-up is importing these.
+PRELOAD = ("torch.distributed", "transformers", "peft", "harness.tasks")
 
 _LEN = struct.Struct("<I")
 _OK, _RESYNC = b"\x00", b"\x01"

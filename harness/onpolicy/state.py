@@ -8,10 +8,13 @@ Invariants:
   of every optimizer-state tensor (per parameter, keys sorted). Equal checksums mean
   bit-identical states; the hyperparameters are not hashed (both sides build them from the
   same config).
-- ``pack_flat`` is the full-sync wire format: a 20-byte header and the tensors' raw bytes
-  in the wire dtype, in order. Names and shapes are not shipped: the receiver checks the
-  element count against its own tensors.
-- ``pack_state`` is the resync format: fp32 adapter and the optimizer's ``state_dict``.
+- ``pack_flat`` is the full-sync wire format: a 20-byte header, the tensors' raw bytes in the
+  wire dtype, in order, and a CRC32 trailer (harness.sealed): FLAT_OVERHEAD = 24 bytes.
+  Names and shapes are not shipped: the receiver checks the element count against its own
+  tensors.
+- ``pack_state`` is the resync format: fp32 adapter and the optimizer's ``state_dict``
+  (torch.save) with a CRC32 trailer.
+- Both are checked whole before anything is applied: a damaged payload is a SyncError.
 """
 from __future__ import annotations
 
@@ -24,12 +27,15 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
+from harness.sealed import CRC_NBYTES, seal, unseal
+
 WIRE_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16,
                                        "fp32": torch.float32}
 OPTIMIZERS = ("adamw", "adam", "sgd")
 _MAGIC = b"NBFS"
 _HEADER = struct.Struct("<4sBBHQI")  # magic, version, dtype code, reserved, elements, tensors
 _DTYPE_CODES = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
+FLAT_OVERHEAD = _HEADER.size + CRC_NBYTES   # bytes of a full-sync payload besides the numbers
 
 
 class SyncError(ValueError):
@@ -112,11 +118,11 @@ def checksum(params: Mapping[str, Tensor], optimizer: torch.optim.Optimizer | No
 
 
 def pack_flat(tensors: list[Tensor], dtype: torch.dtype) -> bytes:
-    """The tensors cast to ``dtype``, concatenated in order, behind a 20-byte header."""
+    """The tensors cast to ``dtype``, concatenated in order, behind a 20-byte header, CRC32 last."""
     flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors]) if tensors else \
         torch.empty(0, dtype=dtype)
     header = _HEADER.pack(_MAGIC, 1, _DTYPE_CODES[dtype], 0, flat.numel(), len(tensors))
-    return header + bytes(_raw(flat))
+    return seal(header + bytes(_raw(flat)))
 
 
 def unpack_flat(data: bytes, like: list[Tensor]) -> list[Tensor]:
@@ -132,9 +138,10 @@ def unpack_flat(data: bytes, like: list[Tensor]) -> list[Tensor]:
     if count != len(like) or numel != want:
         raise SyncError(f"full-sync payload: {count} tensors / {numel} elements, this replica "
                         f"has {len(like)} / {want} (different adapter rank or targets?)")
-    body = data[_HEADER.size:]
-    if len(body) != numel * torch.tensor([], dtype=dtype).element_size():
-        raise SyncError(f"full-sync payload: body of {len(body)} bytes is truncated or padded")
+    body_len = len(data) - _HEADER.size - CRC_NBYTES
+    if body_len != numel * torch.tensor([], dtype=dtype).element_size():
+        raise SyncError(f"full-sync payload: body of {body_len} bytes is truncated or padded")
+    body = unseal(data, "full-sync payload", SyncError)[_HEADER.size:]
     flat = torch.frombuffer(bytearray(body), dtype=torch.uint8).view(dtype) if numel else \
         torch.empty(0, dtype=dtype)
     out, offset = [], 0
@@ -145,19 +152,20 @@ def unpack_flat(data: bytes, like: list[Tensor]) -> list[Tensor]:
 
 
 def pack_state(params: Mapping[str, Tensor], optimizer: torch.optim.Optimizer | None) -> bytes:
-    """Resync payload: the fp32 adapter (in order) and, if given, the optimizer's state_dict."""
+    """Resync payload: the fp32 adapter (in order) and, if given, the optimizer's state_dict; CRC32 last."""
     blob: dict[str, Any] = {"params": [t.detach().to(torch.float32).cpu().clone() for t in params.values()]}
     if optimizer is not None:
         blob["optimizer"] = optimizer.state_dict()
     buf = io.BytesIO()
     torch.save(blob, buf)
-    return buf.getvalue()
+    return seal(buf.getvalue())
 
 
 def load_state(data: bytes, replica: Replica) -> None:
     """Overwrite ``replica`` with a ``pack_state`` payload (params, and optimizer if both have one)."""
+    body = unseal(data, "resync payload", SyncError)     # torch.load checks no CRC of its own
     try:
-        blob = torch.load(io.BytesIO(data), weights_only=True)
+        blob = torch.load(io.BytesIO(body), weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling error is a bad payload
         raise SyncError(f"resync payload: cannot be read ({type(err).__name__}: {err})") from None
     tensors = blob.get("params", [])

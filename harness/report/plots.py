@@ -159,9 +159,9 @@ def plot_bytes_vs_rank(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
             ax.set_ylabel("Bytes per update (% of full sync)")
             legend(fig, [ax], extra_ok=0)
             name = slug("bytes_vs_rank", scenario, backend, task)
-            caption = (f"Train high, ship low: bytes per update as a percentage of full sync at the "
-                       f"scenario's training rank, vs the rank trained (points at one rank are dodged "
-                       f"sideways); dotted: the reference full sync's bytes scaled to rank r; "
+            caption = ("Train high, ship low: bytes per update as a percentage of full sync at the "
+                       "scenario's training rank, vs the rank trained (points at one rank are dodged "
+                       "sideways); dotted: the reference full sync's bytes scaled to rank r; "
                        + (f"compression budget {', '.join(f'{b:.1%}' for b in budgets)}; " if budgets else "")
                        + f"task {task}, scenario {scenario}, backend {backend}; mean over link rates.")
             log.made.append(Figure(name, caption, save(fig, out_dir, name)))

@@ -36,7 +36,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 
@@ -212,3 +212,40 @@ def accuracy(model, tok: Tokenizer, lang: Arithmetic, n: int = 512, seed: int = 
         comp, mask, _ = generate(model, p, prompt_attention(tok, p), steps, eos_id=tok.eos_id, pad_id=tok.pad_id)
         hits += int(correct(tok, lang, p, comp, mask).sum())
     return hits / n
+
+
+def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: None,
+                      poll_s: float = 2.0) -> None:
+    """Make sure the cached student (and teacher, for distill) exist before anyone loads them.
+
+    Rank 0 builds what is missing (transformers' save_pretrained writes nothing on another
+    torch.distributed rank); the others wait for the finished entries. Both call ``beat``
+    while they wait, so a long first-time pretraining is not taken for a hang. The waiting
+    assumes one file system (one machine): on several machines, pre-build the cache.
+    """
+    import threading
+
+    kinds = ["student"] + (["teacher"] if cfg["task"]["name"] == "distill" else [])
+    if cfg["model"].get("name") == "hf":
+        return
+    if rank == 0:
+        errors: list[BaseException] = []
+
+        def build() -> None:
+            try:
+                for kind in kinds:
+                    pretrained(kind, cfg["model"], cfg["task"], progress=False)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the calling thread
+                errors.append(err)
+        worker = threading.Thread(target=build, daemon=True, name="pretrain")
+        worker.start()
+        while worker.is_alive():
+            beat()
+            worker.join(poll_s)
+        if errors:
+            raise errors[0]
+        return
+    paths = [entry_path(kind, cfg["model"], cfg["task"]) / "meta.json" for kind in kinds]
+    while not all(p.is_file() for p in paths):
+        beat()
+        time.sleep(poll_s)

@@ -1,11 +1,12 @@
 """End-to-end tier: the smoke_hilo scenario (every on-policy method, tiny model, 2 workers)
 as real role processes over shaped links (tc as root, userspace otherwise), with a bit
 flipped in worker 1's state after update 1 in every run. One scenario, several assertions:
-each launch costs ~10 s of process start-up on 2 cores."""
+launches fork their roles from the warm test process (harness.spawn)."""
 from __future__ import annotations
 
-
 import pytest
+
+from harness.onpolicy.state import FLAT_OVERHEAD
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -76,10 +77,10 @@ def test_hilo_identity_matches_full_sync_fp32_bit_for_bit(smoke):
 
 
 def test_bytes_and_policy_mismatch_per_method(smoke):
-    bf16 = (_learner(smoke["full_sync"][1]).update_bytes.iloc[0] - 20) / 2     # fp32 wire, 20-byte header
+    bf16 = (_learner(smoke["full_sync"][1]).update_bytes.iloc[0] - FLAT_OVERHEAD) / 2   # header + CRC32
     spar = _learner(smoke["hilo_spar"][1]).update_bytes.max()
     low = _learner(smoke["lowrank_r1"][1]).update_bytes.iloc[0]
     assert spar <= 0.016 * bf16               # Spar's budget covers its header
-    assert low <= bf16 / 64 + 20              # rank 1 of 64, bf16
+    assert low <= bf16 / 64 + FLAT_OVERHEAD              # rank 1 of 64, bf16
     assert (_learner(smoke["hilo_spar"][1]).policy_kl == 0).all()
     assert (_learner(smoke["delta_spar"][1]).policy_kl > 0).any()

@@ -56,7 +56,7 @@ def test_swapped_restores_even_on_error():
     before = {n: p.detach().clone() for n, p in params.items()}
     try:
         with swapped(params, {n: torch.zeros_like(p) for n, p in params.items()}):
-            assert all(float(p.abs().sum()) == 0 for p in params.values())
+            assert all(float(p.detach().abs().sum()) == 0 for p in params.values())
             raise RuntimeError("boom")
     except RuntimeError:
         pass

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness.onpolicy.state import (Replica, SyncError, adapter_params, checksum, flip_bit, load_state,
-                                    make_optimizer, pack_flat, pack_state, unpack_flat)
+                                    make_optimizer, FLAT_OVERHEAD, pack_flat, pack_state, unpack_flat)
 from .helpers import lm_backward, make_peft
 
 
@@ -44,7 +44,7 @@ def test_flat_pack_round_trip_and_size(dtype):
     _, a = _replica()
     data = pack_flat(a.tensors(), dtype)
     numel = sum(t.numel() for t in a.tensors())
-    assert len(data) == 20 + numel * torch.tensor([], dtype=dtype).element_size()
+    assert len(data) == FLAT_OVERHEAD + numel * torch.tensor([], dtype=dtype).element_size()
     for got, want in zip(unpack_flat(data, a.tensors()), a.tensors()):
         assert torch.equal(got, want.detach().to(dtype))
 

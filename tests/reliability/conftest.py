@@ -24,9 +24,9 @@ def kernel_backend() -> str:
 def out_dir(tmp_path):
     """A results folder of this test only (out_dir=...); role processes of its runs must be gone after."""
     yield tmp_path / "runs"
-    from reliability_helpers import processes_mentioning
+    from reliability_helpers import leftover_processes
 
-    left = processes_mentioning(str(tmp_path))
+    left = leftover_processes(tmp_path)
     assert not left, f"test left processes of its runs behind: {left}"
 
 

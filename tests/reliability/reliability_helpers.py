@@ -1,8 +1,8 @@
 """Helpers of the reliability tests: start runs, find their role processes, wait, inspect.
 
-A run's role processes are found by their command line (``python -m harness.role
-<run_dir>/cluster/payload.json <rank>``), which names the run directory, so a test only
-ever touches processes of its own runs (other helpers' runs share this machine).
+A run's role processes are found in its ``cluster/roles.json`` (written by the launcher as it
+starts them), so a test only ever touches processes of its own runs (other runs share this
+machine).
 """
 from __future__ import annotations
 
@@ -86,21 +86,24 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def role_pids(run_dir: Path) -> dict[str, int]:
-    """{role name: pid} of the live role processes of the run in ``run_dir``."""
-    payload = Path(run_dir) / "cluster" / "payload.json"
+    """{role name: pid} of the live role processes of the run in ``run_dir`` (from cluster/roles.json)."""
+    info = launch_info(run_dir)
+    return {r["name"]: int(r["pid"]) for r in info.get("roles", []) if _alive(int(r["pid"]))}
+
+
+def launch_info(run_dir: Path) -> dict[str, Any]:
+    """The run's cluster/roles.json ({} until the launcher wrote it)."""
     try:
-        names = [r["name"] for r in json.loads(payload.read_text())["roles"]]
-    except (OSError, ValueError, KeyError):
+        return json.loads((Path(run_dir) / "cluster" / "roles.json").read_text())
+    except (OSError, ValueError):
         return {}
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        args = _cmdline(int(entry.name))
-        if "harness.role" in args and str(payload) in args and _alive(int(entry.name)):
-            rank = int(args[-1])
-            found[names[rank]] = int(entry.name)
-    return found
+
+
+def leftover_processes(root: Path) -> list[int]:
+    """Live processes of the runs under ``root``: role pids from every roles.json there, and any
+    process whose command line names ``root``."""
+    pids = {int(r["pid"]) for f in Path(root).rglob("roles.json") for r in launch_info(f.parent.parent).get("roles", [])}
+    return sorted({p for p in pids if _alive(p)} | set(processes_mentioning(str(root))))
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -187,12 +190,6 @@ def role_places(run_dir: Path) -> dict[str, dict]:
     """{role: {netns, addr, ...}} from the run's payload.json."""
     spec = json.loads((Path(run_dir) / "cluster" / "payload.json").read_text())
     return {r["name"]: r for r in spec["roles"]}
-
-
-def role_env(pid: int, *keys: str) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    env = dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
-    return {k: env.get(k, "") for k in keys}
 
 
 def warm_cache(overrides: list[str]) -> None:

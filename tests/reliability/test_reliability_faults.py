@@ -18,7 +18,7 @@ import time
 import pytest
 
 from reliability_helpers import (ROOT, Injector, all_namespaces, kill_tree, learner_steps, our_namespaces,
-                                 role_env, role_pids, role_places, rows, run_dir_of, run_dirs, run_json, rx_bytes,
+                                 launch_info, role_pids, role_places, rows, run_dir_of, run_dirs, run_json, rx_bytes,
                                  set_link, spawn_harness, wait_for, warm_cache)
 
 pytestmark = [pytest.mark.emulated, pytest.mark.e2e, pytest.mark.slow]
@@ -289,7 +289,7 @@ def test_two_runs_at_once_get_their_own_namespaces_subnets_and_ports_and_both_co
                 return pids
             return None
         seen = wait_for(both_running, 2 * START_S, "both runs' roles at the same time")
-        endpoints = {d: role_env(p["learner"], "MASTER_ADDR", "MASTER_PORT") for d, p in seen.items()}
+        endpoints = {d: {k: launch_info(d)[k] for k in ("master_addr", "master_port")} for d in seen}
         codes = [p.wait(timeout=2 * START_S) for p in procs]
     finally:
         for p in procs:
@@ -306,3 +306,24 @@ def test_two_runs_at_once_get_their_own_namespaces_subnets_and_ports_and_both_co
     assert len(set(addresses)) == 2, f"two runs share a rendezvous endpoint: {addresses}"
     for d, proc in zip(dirs, procs):
         _assert_torn_down(d, owner=proc.pid)
+
+
+# ------------------------------------------------------------------------- a cold model cache
+@pytest.mark.parametrize("scenario", ["federated", "onpolicy"])
+def test_a_cold_cache_is_built_inside_the_run_with_heartbeats(scenario, kernel_backend, out_dir, tmp_path,
+                                                               monkeypatch):
+    """First use on a fresh clone: rank 0 pretrains the missing base (several hang timeouts long)
+    while every role keeps beating, and the others wait for the finished entry."""
+    monkeypatch.setenv("NARROWBAND_CACHE", str(tmp_path / "cache"))
+    base = SPRA if scenario == "federated" else [*HILO, "only=[full_sync]", "onpolicy.steps=1"]
+    overrides = [*base, f"out_dir={out_dir}", f"net.backend={kernel_backend}", "net.hang_timeout_s=3",
+                 "task.student_init=scratch", "task.student_steps=150", "task.teacher_steps=150"]
+    from harness.run import compose_config, run_scenario
+
+    started = time.monotonic()
+    (outcome,) = run_scenario(compose_config(overrides), overrides)      # no warm_cache: that is the point
+    took = time.monotonic() - started
+    assert outcome.status == "ok", outcome.reason
+    assert took > 3, f"the run took {took:.1f}s: pretraining did not outlast the hang timeout, the test shows nothing"
+    assert [p.name for p in (tmp_path / "cache").glob("student-*/config.json")], "no cached base with its config.json"
+    _assert_torn_down(outcome.run_dir)

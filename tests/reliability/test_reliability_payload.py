@@ -59,22 +59,6 @@ DAMAGE = {
     "flip_body": lambda d: _flip(d, len(d) * 2 // 3),
     "flip_last_byte": lambda d: _flip(d, len(d) - 1),
 }
-NO_CRC = "the {fmt} wire format carries no checksum, so a flipped bit in its tensor bytes decodes " \
-         "to other numbers and is applied (request: a CRC32 trailer checked before anything is applied; {owner})"
-
-
-SAFETENSORS_ESCAPES = ("harness/federated/codec.py decode() lets safetensors' SafetensorError (not a ValueError) "
-                      "escape for a message whose length does not match its header, instead of CodecError "
-                      "(request: catch safetensors.SafetensorError there; harness/federated)")
-
-
-def _cases(path: str, known: dict[str, str]):
-    """One case per damage; ``known`` maps a damage this path does not detect yet to why (xfail)."""
-    for name in DAMAGE:
-        marks = [pytest.mark.xfail(reason=known[name], strict=False)] if name in known else []
-        yield pytest.param(path, name, marks=marks, id=f"{path}-{name}")
-
-
 def _one_line(err: BaseException) -> None:
     text = str(err)
     assert text and "\n" not in text, f"error is not one clear line: {text!r}"
@@ -112,10 +96,8 @@ def test_delta_worker_refuses_a_damaged_delta_and_applies_nothing(damage):
     assert ws.checksum() == before
 
 
-@pytest.mark.parametrize("path, damage", list(_cases("full_sync", dict.fromkeys(
-    ("flip_body", "flip_last_byte"),
-    NO_CRC.format(fmt="full-sync (NBFS, harness/onpolicy/state.py pack_flat)", owner="harness/onpolicy")))))
-def test_full_sync_worker_refuses_a_damaged_adapter_and_applies_nothing(path, damage):
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_full_sync_worker_refuses_a_damaged_adapter_and_applies_nothing(damage):
     ls, ws = _pair("full_sync")
     for p in ls.replica.params.values():
         p.grad = torch.randn(p.shape)
@@ -127,11 +109,8 @@ def test_full_sync_worker_refuses_a_damaged_adapter_and_applies_nothing(path, da
     assert ws.checksum() == before
 
 
-@pytest.mark.parametrize("path, damage", list(_cases("resync", dict.fromkeys(
-    ("flip_body", "flip_last_byte", "extra_byte"),
-    NO_CRC.format(fmt="resync (torch.save zip, harness/onpolicy/state.py pack_state: torch.load checks neither "
-                  "the zip CRCs nor trailing bytes)", owner="harness/onpolicy")))))
-def test_a_damaged_resync_is_refused_and_applies_nothing(path, damage):
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_resync_is_refused_and_applies_nothing(damage):
     ls, ws = _pair("hilo", {"name": "spar", "budget": 0.2})
     blob = ls.resync_payload()
     with torch.no_grad():                        # make the worker differ so that a load would show
@@ -143,11 +122,8 @@ def test_a_damaged_resync_is_refused_and_applies_nothing(path, damage):
     assert ws.checksum() == before
 
 
-@pytest.mark.parametrize("path, damage", list(_cases("federated", {
-    **dict.fromkeys(("flip_body", "flip_last_byte"), NO_CRC.format(
-        fmt="federated (safetensors + JSON, harness/federated/codec.py)", owner="harness/federated")),
-    **dict.fromkeys(("truncated_half", "last_byte_missing", "extra_byte"), SAFETENSORS_ESCAPES)})))
-def test_federated_messages_refuse_damaged_bytes(path, damage):
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_federated_messages_refuse_damaged_bytes(damage):
     from harness.federated.codec import CodecError
     from harness.federated.messages import UpMsg
 

@@ -1,0 +1,56 @@
+"""How role processes start: forked from the warm launcher (default) or exec'd (NARROWBAND_SPAWN=exec).
+
+Each role must end up a separate process, in its own namespace on kernel backends, seeing only
+its own veth, with its own RANK, whichever way it was started.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cluster_helpers import outputs, star
+from harness.cluster import ClusterError, launch
+from harness.spawn import SPAWN_ENV
+
+pytestmark = pytest.mark.e2e
+
+
+def _where(run_dir, roles):
+    return {r.name: outputs(run_dir, f"where-{r.name}") for r in roles}
+
+
+@pytest.mark.emulated
+@pytest.mark.parametrize("how", ["fork", "exec"])
+def test_each_role_runs_in_its_own_namespace_and_sees_only_its_veth(how, kernel_backend, monkeypatch, tmp_path):
+    monkeypatch.setenv(SPAWN_ENV, how)
+    roles = star(2)
+    result = launch(roles, "harness.selftest:main", {"cfg": {"selftest": {"phases": ["where"]}}},
+                    backend=kernel_backend, run_dir=tmp_path, hang_timeout_s=60, progress=False)
+    assert result.status == "ok", result.reason
+    seen = _where(tmp_path, roles)
+    assert len({w["pid"] for w in seen.values()} | {os.getpid()}) == len(roles) + 1
+    for rank, role in enumerate(roles):
+        w = seen[role.name]
+        assert w["in_netns"], w
+        assert w["links"] == sorted(["lo", result.topology["nodes"][rank]["ifname"]]), w
+        assert (w["rank"], w["role_env"], w["forked"]) == (str(rank), role.name, how == "fork")
+    assert (tmp_path / "cluster" / "roles.json").exists()
+
+
+def test_forked_roles_on_the_userspace_backend_are_children_of_the_launcher(monkeypatch, tmp_path):
+    monkeypatch.delenv(SPAWN_ENV, raising=False)
+    roles = star(2)
+    result = launch(roles, "harness.selftest:main", {"cfg": {"selftest": {"phases": ["where"]}}},
+                    backend="userspace", run_dir=tmp_path, hang_timeout_s=60, progress=False)
+    assert result.status == "ok", result.reason
+    seen = _where(tmp_path, roles)
+    assert all(w["forked"] and w["ppid"] == os.getpid() and w["netns"] is None for w in seen.values()), seen
+    assert [w["rank"] for w in seen.values()] == ["0", "1", "2"]
+
+
+def test_a_bad_spawn_mode_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(SPAWN_ENV, "vfork")
+    with pytest.raises(ClusterError, match=r"NARROWBAND_SPAWN: 'vfork' is not allowed; choose one of fork, exec"):
+        launch(star(1), "harness.selftest:main", {}, backend="userspace", run_dir=tmp_path, hang_timeout_s=5,
+               progress=False)
