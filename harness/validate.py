@@ -14,7 +14,6 @@ CONF = Path(__file__).parent / "conf"
 GROUPS = ("net", "model", "task", "compressor", "method")
 BACKENDS = ("auto", "netem", "tc", "userspace", "model")
 WIRE_DTYPES = ("bf16", "fp16", "int8", "fp32")
-LR_RULES = ("linear", "sqrt", "const")
 NODE_KEYS = ("rate", "up", "down", "delay", "jitter", "loss", "queue")
 ONPOLICY_TASKS = ("distill", "reward")
 
@@ -154,17 +153,14 @@ def validate(cfg: Any) -> None:
             raise ConfigError(f"onpolicy.workers / onpolicy.steps: {cfg.onpolicy.workers} / "
                               f"{cfg.onpolicy.steps}; both must be >= 1")
     elif method.kind == "federated":
+        from harness.federated.settings import from_cfg       # (it imports this module)
+
         fed = cfg.federated
         if task.name != "federated":
             raise _allowed(f"task.name (method {method.name} is federated)", task.name, ["federated"])
-        if fed.clients < 1:
-            raise ConfigError(f"federated.clients: {fed.clients} must be >= 1")
+        from_cfg(cfg)                                         # every federated.* and method knob
         if fed.clients > task.examples:
             raise ConfigError(f"federated.clients: {fed.clients} clients but only {task.examples} examples "
                               "(task.examples); each client needs data")
-        if not (0 < fed.fraction <= 1):
-            raise ConfigError(f"federated.fraction: {fed.fraction} is outside (0, 1]")
-        if method.lr_rule not in LR_RULES:
-            raise _allowed("method.lr_rule", method.lr_rule, LR_RULES)
     else:
         raise _allowed("method.kind", method.kind, ["onpolicy", "federated"])

@@ -232,11 +232,20 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
         errors: list[BaseException] = []
 
         def build() -> None:
+            import torch
+
+            # The other roles only wait meanwhile: pretrain on every core, not on this role's
+            # share (OMP_NUM_THREADS = cores / roles). Set in this thread: OpenMP's thread
+            # count is per thread, so the role's own threads keep their share.
+            share = torch.get_num_threads()
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
             try:
                 for kind in kinds:
                     pretrained(kind, cfg["model"], cfg["task"], progress=False)
             except BaseException as err:  # noqa: BLE001 - re-raised in the calling thread
                 errors.append(err)
+            finally:
+                torch.set_num_threads(share)             # (MKL's count is process-wide)
         worker = threading.Thread(target=build, daemon=True, name="pretrain")
         worker.start()
         while worker.is_alive():

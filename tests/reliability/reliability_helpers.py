@@ -20,14 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.2
 
 
-def emulation_skip_reason() -> str | None:
-    """Why real namespaces and kernel shaping cannot be used here (None when they can)."""
-    from netem.caps import probe
-
-    missing = probe().emulation_missing()
-    return f"emulated: {missing}" if missing else None
-
-
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = POLL_S) -> Any:
     """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -1,5 +1,7 @@
-"""Fixtures of the cluster tests: skip reasons for emulated tests and a namespace leak guard."""
+"""Fixtures shared by every test folder: the kernel backend (or a stated skip) and a namespace leak guard."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -14,7 +16,7 @@ def emulation_skip_reason() -> str | None:
 
 @pytest.fixture(scope="session")
 def kernel_backend() -> str:
-    """'netem' or 'tc' (what launch(backend='auto') builds); skips when neither works."""
+    """'netem' or 'tc' (what net.backend=auto builds here); skips with the reason otherwise."""
     from netem.caps import probe
 
     reason = emulation_skip_reason()
@@ -27,7 +29,7 @@ def kernel_backend() -> str:
 def no_leaks():
     """Every test leaves no namespace owned by this process behind."""
     yield
-    from cluster_helpers import our_namespaces
+    from netem.names import list_ours
 
-    mine = our_namespaces()
+    mine = [n.name for n in list_ours() if n.owner == str(os.getpid())]
     assert not mine, f"test leaked namespaces: {mine}"
