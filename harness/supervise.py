@@ -122,7 +122,8 @@ def watch(procs: list[RoleProcess], hang_timeout_s: float, startup_timeout_s: fl
         selector.register(proc.beat_fd, selectors.EVENT_READ, proc)
     last_progress = time.monotonic()
     bar = tqdm(total=len(procs), desc=f"{label}: starting roles", unit="role", disable=not progress,
-               leave=False, mininterval=1.0)
+               leave=False, mininterval=1.0,    # roles joined, elapsed, each role's latest step
+               bar_format="{desc}: {n_fmt}/{total_fmt} roles ready [{elapsed}]{postfix}")
     try:
         while True:
             for key, _ in selector.select(timeout=0.1):
