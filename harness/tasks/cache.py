@@ -152,6 +152,11 @@ def _build(kind: str, model_cfg: dict, task_cfg: dict, out: Path, progress: bool
     seconds = time.perf_counter() - start
     acc = accuracy(model, tok, lang, n=512)
     model.save_pretrained(str(out))
+    if not (out / "config.json").is_file():
+        # transformers writes nothing on a non-zero torch.distributed rank: never mark such an
+        # entry complete (meta.json), or every later run would load an empty directory.
+        raise RuntimeError(f"pretrained {kind}: save_pretrained wrote no config.json to {out} (a non-zero "
+                           "torch.distributed rank?); build the cache on rank 0: harness.tasks.cache.ensure_pretrained")
     tok.save_pretrained(out)
     info = {"recipe": r, "accuracy": acc, "seconds": round(seconds, 2), "eval_prompts": 512}
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")

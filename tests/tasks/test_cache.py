@@ -91,3 +91,14 @@ def test_two_processes_build_once(model_cfg, task_cfg, tmp_path):
     assert len(log.read_text().split()) == 1                    # built once
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")) == \
            [Path(paths.pop()).name]                             # no temporary folder left behind
+
+
+def test_an_entry_without_its_model_files_is_never_marked_complete(model_cfg, task_cfg, tmp_path, monkeypatch):
+    """transformers' save_pretrained writes nothing on a non-zero torch.distributed rank."""
+    from transformers import PreTrainedModel
+
+    monkeypatch.setenv("NARROWBAND_CACHE", str(tmp_path))
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", lambda self, *a, **k: None)
+    with pytest.raises(RuntimeError, match="wrote no config.json"):
+        pretrained("teacher", model_cfg, task_cfg, progress=False)
+    assert not list(tmp_path.glob("*/meta.json")) and not list(tmp_path.glob(".tmp-*"))
