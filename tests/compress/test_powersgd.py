@@ -1,7 +1,17 @@
-"""powersgd against torch's own powerSGD_hook, run for real in a one-process gloo DDP group."""
+"""powersgd against torch's own powerSGD_hook, run for real in a one-process gloo DDP group.
+
+The DDP part runs in a spawned child that saves what the hook saw and leaves with os._exit:
+tearing a gloo DDP Reducer down right after a backward can deadlock or abort the process
+(its ProcessGroupGloo destructor joins the gloo run-loop thread while holding the GIL, and
+that thread needs the GIL to free its last work item), which happened to the test process
+about one run in ten when this ran in-process.
+"""
 from __future__ import annotations
 
 import copy
+import multiprocessing
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,16 +23,21 @@ from compress_inputs import rel_error
 from harness.compress import build
 
 
-def run_hook(tmp_path, rank: int, steps: int = 4, start: int = 2):
+RANKS = (2, 4)
+
+
+def run_hook(store: Path, rank: int, keep: list, steps: int = 4, start: int = 2):
     """Train-free DDP backward passes through the real hook; returns per PowerSGD step the
-    hook's inputs, outputs and its numpy RNG as it was before the step."""
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    hook's inputs, outputs and its numpy RNG as it was before the step. The DDP model is
+    appended to ``keep``: the caller must never free it (see the module docstring)."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(48, 32, bias=False), torch.nn.Tanh(),
                                     torch.nn.Linear(32, 40, bias=False))
         names = {id(p): n for n, p in model.named_parameters()}
         ddp = DistributedDataParallel(model)
+        keep.append(ddp)
         state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=start,
                                  use_error_feedback=True, warm_start=True, random_seed=7)
         seen = []
@@ -47,6 +62,33 @@ def run_hook(tmp_path, rank: int, steps: int = 4, start: int = 2):
         dist.destroy_process_group()
 
 
+def _hook_child(folder: str) -> None:
+    """Spawned child: run the hook at every rank of RANKS, save the steps, exit without teardown."""
+    keep: list = []
+    try:
+        steps = {rank: run_hook(Path(folder) / f"store{rank}", rank, keep) for rank in RANKS}
+        torch.save(steps, Path(folder) / "steps.pt")
+        code = 0
+    except BaseException:                      # noqa: BLE001 - the parent reports the exit code
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    os._exit(code)
+
+
+@pytest.fixture(scope="module")
+def hook_steps(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("powersgd_hook")
+    child = multiprocessing.get_context("spawn").Process(target=_hook_child, args=(str(folder),))
+    child.start()
+    child.join(timeout=300)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0, f"the DDP child ended with {child.exitcode}"
+    return torch.load(folder / "steps.pt", weights_only=False)
+
+
 def hook_initial_q(rng, order, inputs, rank):
     """The random Q the hook drew at its first PowerSGD step (its seeding, replicated)."""
     with torch.random.fork_rng(devices=[]):
@@ -54,9 +96,9 @@ def hook_initial_q(rng, order, inputs, rank):
         return {n: torch.randn(1, inputs[n].reshape(inputs[n].shape[0], -1).shape[1], rank)[0] for n in order}
 
 
-@pytest.mark.parametrize("rank", [2, 4])
-def test_reconstruction_matches_torch_powersgd_hook(tmp_path, rank):
-    steps = run_hook(tmp_path, rank)
+@pytest.mark.parametrize("rank", RANKS)
+def test_reconstruction_matches_torch_powersgd_hook(hook_steps, rank):
+    steps = hook_steps[rank]
     comp = build("powersgd", rank=rank, dtype="fp32", error_feedback=True)
     rng, order, inputs, _ = steps[0]
     comp.inner.q_memory.update(hook_initial_q(rng, order, inputs, rank))  # same initial Q as the hook
