@@ -3,8 +3,7 @@
 ``seal(body)`` appends the CRC32 of ``body`` (4 bytes, little-endian); ``unseal(data, what,
 error)`` checks and strips it, raising ``error`` with a one-line message naming ``what``. A
 receiver unseals before it reads anything, so a damaged message is refused and nothing of it
-is applied. (Compressed payloads carry the same trailer inside their own format:
-harness.compress.payload.)
+is applied. Compressed payloads (harness.compress.payload) end with the same trailer.
 """
 from __future__ import annotations
 
@@ -28,5 +27,5 @@ def unseal(data: bytes, what: str, error: type[Exception] = ValueError) -> bytes
     (want,) = _CRC.unpack_from(data, len(data) - CRC_NBYTES)
     got = zlib.crc32(body)
     if got != want:
-        raise error(f"{what}: CRC32 mismatch (got {got:08x}, trailer says {want:08x}): damaged in transit")
+        raise error(f"{what}: checksum mismatch (CRC32 {got:08x}, trailer says {want:08x}): corrupted or truncated")
     return bytes(body)

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.sealed import CRC_NBYTES, seal, unseal
+
 if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
     raise ImportError("harness.compress writes little-endian tensors and needs a little-endian host")
 
@@ -37,9 +39,7 @@ VERSION = 1
 _PREAMBLE = struct.Struct("<4sBBHQQII")
 _RECORD = struct.Struct("<BIB")
 _LEN = struct.Struct("<I")
-_CRC = struct.Struct("<I")
 PREAMBLE_NBYTES = _PREAMBLE.size  # 32
-CRC_NBYTES = _CRC.size
 
 # Stable ids on the wire: never renumber, only append.
 COMPRESSOR_IDS = {"identity": 0, "spar": 1, "powersgd": 2, "topk": 3, "randk": 4, "quant": 5}
@@ -173,7 +173,7 @@ class Payload:
             for r in self.records:
                 parts.extend(r.sections)
             body = b"".join(parts)
-            self._bytes = body + _CRC.pack(zlib.crc32(body))
+            self._bytes = seal(body)
         return self._bytes
 
     @classmethod
@@ -188,9 +188,7 @@ class Payload:
             raise PayloadError(f"not a narrowband payload: magic {magic!r}, expected {MAGIC!r}")
         if version != VERSION:
             raise PayloadError(f"payload format version {version}; this build reads version {VERSION}")
-        (crc,) = _CRC.unpack_from(data, len(data) - CRC_NBYTES)
-        if zlib.crc32(data[:-CRC_NBYTES]) != crc:
-            raise PayloadError(f"payload checksum mismatch ({len(data)} bytes): corrupted or truncated")
+        unseal(data, f"payload ({len(data)} bytes)", PayloadError)
         if cid not in COMPRESSOR_NAMES:
             raise PayloadError(f"unknown compressor id {cid}")
         pos = PREAMBLE_NBYTES
