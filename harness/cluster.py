@@ -184,7 +184,7 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
                 with _signals_held():            # a started child is always in `procs`
                     procs.append(start(role.name, rank, cmd, role_env, run_dir / "logs" / f"{role.name}.log",
                                        expendable=role.expendable, fork=(argv, place["netns"]) if forking else None))
-                _write_pids(run_dir, procs, "fork" if forking else "exec", env)
+            _write_pids(run_dir, procs, "fork" if forking else "exec", env)
             result.status, result.reason = watch(procs, hang_timeout_s, STARTUP_TIMEOUT_S, progress,
                                                  label=f"cluster[{resolved}]")
         except _Interrupted as signal_name:

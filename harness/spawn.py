@@ -29,11 +29,12 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.role import set_parent_death_signal
+from netem.names import NETNS_DIR
+
 SPAWN_ENV = "NARROWBAND_SPAWN"
 MODES = ("fork", "exec")
-NETNS_DIR = Path("/var/run/netns")
 CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 
 
@@ -59,7 +60,7 @@ def preload(entry: str) -> None:
 def fork_unsafe_reason() -> str:
     """Why this process must not fork role children ("" when it may)."""
     torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch.cuda, "is_initialized", lambda: False)():
+    if torch is not None and torch.cuda.is_initialized():
         return "CUDA is initialised in the launcher"
     others = [t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()]
     if others:
@@ -129,10 +130,10 @@ def _child(parent: int, argv: list[str], env: dict[str, str], log_path: Path, be
            netns: str | None) -> int:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     os.setsid()
-    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    set_parent_death_signal()                         # (role.main asks again; the window is here)
     if os.getppid() != parent:                        # the launcher died before prctl took
         return 1
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGPIPE):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)     # as the interpreter sets it at start-up
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.role import HEARTBEAT_ENV, PR_SET_PDEATHSIG
+from harness.role import HEARTBEAT_ENV, set_parent_death_signal
 from harness.spawn import ForkedProcess, fork_role
 
 STOP_GRACE_S = 3.0
@@ -77,9 +77,7 @@ def _child_setup() -> None:
     The launcher holds SIGINT/SIGTERM blocked while it forks (so a started child is always
     tracked); exec keeps the mask, so it is cleared here or SIGTERM could not stop the child.
     """
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    set_parent_death_signal()
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
