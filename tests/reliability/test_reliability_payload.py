@@ -59,6 +59,8 @@ DAMAGE = {
     "flip_body": lambda d: _flip(d, len(d) * 2 // 3),
     "flip_last_byte": lambda d: _flip(d, len(d) - 1),
 }
+
+
 def _one_line(err: BaseException) -> None:
     text = str(err)
     assert text and "\n" not in text, f"error is not one clear line: {text!r}"
@@ -83,27 +85,16 @@ def test_hilo_worker_refuses_a_damaged_gradient_payload_and_applies_nothing(comp
     assert ws.checksum() == ls.expected_checksum()
 
 
+@pytest.mark.parametrize("method, comp, error", [("delta", {"name": "topk", "budget": 0.2}, PayloadError),
+                                                  ("full_sync", None, SyncError)], ids=["delta", "full_sync"])
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_delta_worker_refuses_a_damaged_delta_and_applies_nothing(damage):
-    ls, ws = _pair("delta", {"name": "topk", "budget": 0.2})
+def test_delta_and_full_sync_workers_refuse_a_damaged_update_and_apply_nothing(method, comp, error, damage):
+    ls, ws = _pair(method, comp)
     for p in ls.replica.params.values():
         p.grad = torch.randn(p.shape)
     payload = ls.step(2).payload
     before = ws.checksum()
-    with pytest.raises(PayloadError) as err:
-        ws.apply(DAMAGE[damage](payload), 2)
-    _one_line(err.value)
-    assert ws.checksum() == before
-
-
-@pytest.mark.parametrize("damage", list(DAMAGE))
-def test_full_sync_worker_refuses_a_damaged_adapter_and_applies_nothing(damage):
-    ls, ws = _pair("full_sync")
-    for p in ls.replica.params.values():
-        p.grad = torch.randn(p.shape)
-    payload = ls.step(2).payload
-    before = ws.checksum()
-    with pytest.raises(SyncError) as err:
+    with pytest.raises(error) as err:
         ws.apply(DAMAGE[damage](payload), 2)
     _one_line(err.value)
     assert ws.checksum() == before
