@@ -18,7 +18,8 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.conf.schema import register
-from harness.validate import ConfigError, precheck_argv, translate_argv
+from harness.errors import ConfigError
+from harness.validate import precheck_argv, translate_argv
 
 register()
 

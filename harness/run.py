@@ -25,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.paths import project_root
 from harness.record import read_run_json, read_rows, set_status, write_run_json
-from harness.validate import ConfigError, validate
+from harness.errors import ConfigError
+from harness.validate import validate
 
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id")
 ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}

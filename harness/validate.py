@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness.errors import ConfigError
 from harness.paths import scenario_names
 
 CONF = Path(__file__).parent / "conf"
@@ -16,10 +17,6 @@ BACKENDS = ("auto", "netem", "tc", "userspace", "model")
 WIRE_DTYPES = ("bf16", "fp16", "int8", "fp32")
 NODE_KEYS = ("rate", "up", "down", "delay", "jitter", "loss", "queue")
 ONPOLICY_TASKS = ("distill", "reward")
-
-
-class ConfigError(ValueError):
-    """Bad user input: the message names the key, the value and what is allowed."""
 
 
 def _allowed(key: str, value: Any, allowed: Iterable[Any]) -> ConfigError:

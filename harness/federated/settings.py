@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from harness.federated.methods import METHODS
 from harness.federated.projection import LR_RULES, rank_lr
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 OPTIMIZERS = ("sgd", "adamw")
 DROP_POLICIES = ("fail", "continue")

@@ -45,7 +45,7 @@ from harness.tasks.data import encode_prompts, prompt_attention, sft_batch, sft_
 from harness.tasks.models import build_model, hf_dir, load_dir, model_dtype, plain
 from harness.tasks.rollouts import generate
 from harness.tasks.tokenizer import Tokenizer
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 RECIPE_VERSION = 1
 KINDS = ("teacher", "student")

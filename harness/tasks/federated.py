@@ -30,7 +30,7 @@ from harness.tasks.models import plain
 from harness.tasks.onpolicy import EVAL_SEED, mix_seed
 from harness.tasks.rollouts import generate
 from harness.tasks.tokenizer import Tokenizer
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 
 @dataclass(frozen=True)

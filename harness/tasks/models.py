@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from harness.tasks.tokenizer import Tokenizer  # noqa: E402
-from harness.validate import ConfigError  # noqa: E402
+from harness.errors import ConfigError  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}

@@ -30,7 +30,7 @@ from harness.tasks.data import correct, encode_prompts, problems_of, prompt_atte
 from harness.tasks.models import plain
 from harness.tasks.rollouts import Rollouts, device_of, forward_logits, generate
 from harness.tasks.tokenizer import Tokenizer
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 EVAL_SEED = 1234          # the held-out prompts every method is evaluated on
 NAMES = ("distill", "reward")

@@ -9,7 +9,8 @@ import pytest
 
 from harness.paths import scenario_names
 from harness.run import _merge_overrides, compose_config, role_specs, run_id_of
-from harness.validate import ConfigError, group_options, validate
+from harness.errors import ConfigError
+from harness.validate import group_options, validate
 
 
 @pytest.mark.parametrize("scenario", scenario_names())

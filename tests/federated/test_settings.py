@@ -8,7 +8,7 @@ from harness.federated.codec import CodecError, decode, encode
 from harness.federated.messages import DownMsg, UpMsg
 from harness.federated.methods import Down, Merge
 from harness.federated.settings import from_cfg
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 from .fakes import config
 

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 from reliability_helpers import ROOT, our_namespaces
 
 ONPOLICY = ["scenario=smoke_hilo", "only=[hilo_spar]", "progress=false"]

@@ -12,7 +12,7 @@ import pytest
 
 import harness.tasks.cache as cache
 from harness.tasks import load_base, pretrained
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 
 def test_build_then_hit(model_cfg, task_cfg, cache_dir, monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.tasks import build_federated, build_model, dirichlet_split
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 
 def test_split_sizes_disjoint_and_deterministic(task_cfg, tok):

@@ -6,7 +6,7 @@ import torch
 
 from harness.tasks import build_model, build_tokenizer, make_lora
 from harness.tasks.models import lora_targets
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 
 def test_build_model_is_seeded_and_sized(model_cfg, tok):

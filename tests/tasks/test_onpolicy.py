@@ -12,7 +12,7 @@ from harness.tasks import Rollouts, build_model, build_task, make_lora
 from harness.tasks.data import correct
 from harness.tasks.onpolicy import RewardTask
 from harness.tasks.rollouts import RolloutsError
-from harness.validate import ConfigError
+from harness.errors import ConfigError
 
 
 class Fixed(torch.nn.Module):

@@ -1,0 +1,10 @@
+"""The project's one user-input error, in a leaf module every layer may import.
+
+A ``ConfigError`` message names the key, the value and what is allowed, on one line; the
+app prints it and exits with status 2 before any namespace or process exists.
+"""
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """Bad user input: the message names the key, the value and what is allowed."""
