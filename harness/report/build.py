@@ -1,7 +1,7 @@
 """``build_report(results_dir)``: runs -> tables (CSV) -> plots (PNG, PDF) -> summary.md.
 
 Reads only ``results_dir/runs`` (and ``results_dir/tables/snr.csv`` when present); writes
-``results_dir/tables/{hilo,spra,sweep[,backends]}.csv``, ``results_dir/plots/*.{png,pdf}``
+``results_dir/tables/{hilo,spra,sweep,hilo_runs,spra_runs,claims,crossover[,backends]}.csv``, ``results_dir/plots/*.{png,pdf}``
 and ``results_dir/summary.md``. Idempotent: running it twice gives the same files.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 from tqdm import tqdm
 
 from harness.report import plots as P
-from harness.report.claims import claims_frame, verdict
+from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, collect
 from harness.report.metrics import federated_curves, onpolicy_curves
-from harness.report.summary import short_reason, write_summary
+from harness.report.summary import claim_text, short_reason, write_summary
 from harness.report.tables import Tables, build_tables, write_tables
 
 
@@ -67,17 +67,19 @@ def build_report(results_dir: Path | str = "results", *, progress: bool = False,
     coll = collect(results_dir)
     tables = build_tables(coll)
     csv = write_tables(tables, results_dir / "tables")
-    claims = claims_frame(tables)
-    claims.to_csv(results_dir / "tables" / "claims.csv", index=False)
-    csv.append(results_dir / "tables" / "claims.csv")
+    claims, cross = claims_frame(tables), crossover_frame(tables)
+    for name, frame in (("claims", claims), ("crossover", cross)):
+        frame.to_csv(results_dir / "tables" / f"{name}.csv", index=False, float_format="%.10g")
+        csv.append(results_dir / "tables" / f"{name}.csv")
     log = draw_all(coll, tables, results_dir / "plots", progress=progress)
     prune_stale(results_dir / "plots", log.paths())
     command = command or f"python -m harness.report --results {results_dir}"
-    summary = write_summary(coll, tables, log, results_dir / "summary.md", command)
+    summary = write_summary(coll, tables, log, results_dir / "summary.md", command, claims=claims, crossover=cross)
     return {
         "summary": summary,
         "tables": {"hilo": tables.hilo, "spra": tables.spra, "sweep": tables.sweep, "backends": tables.backends,
-                   "claims": claims},
+                   "claims": claims, "crossover": cross, "hilo_runs": tables.hilo_runs,
+                   "spra_runs": tables.spra_runs},
         "csv": csv,
         "plots": log.paths(),
         "figures": log.made,
@@ -94,7 +96,7 @@ def one_screen(report: dict[str, Any]) -> str:
     lines = [f"narrowband report: {report['ok_runs']}/{report['runs']} runs ok, "
              f"backends: {', '.join(report['backends']) or '-'}"]
     for _, c in report["tables"]["claims"].iterrows():
-        lines.append(f"  {c['method']}: {c['claim']}: {c['measured']} -> {verdict(c['met'])}  ({c['where']})")
+        lines.append(f"  {c['method']}: {c['claim']}: {claim_text(c)} -> {c['verdict']}  ({c['where']})")
     lines.append(f"  tables: {', '.join(p.name for p in report['csv'])}; "
                  f"plots: {len(report['plots']) // 2} figures (PNG+PDF)")
     for name, why in report["skipped"]:

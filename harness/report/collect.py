@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - only before harness/record.py exists
         return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
 
 HUB_ROLES = {"learner": "onpolicy", "server": "federated"}
+LOADED_FRACTION = 0.5   # 1-minute loadavg above this fraction of the CPUs: timing measured under load
 
 
 @dataclass
@@ -66,6 +67,37 @@ class Run:
     def command(self) -> str:
         """The exact command that produced the run (run.json ``command``), else the plain one."""
         return str(self.meta.get("command") or f"python -m harness scenario={self.scenario}")
+
+    def load(self) -> tuple[bool | None, str]:
+        """Was this run's timing measured under load? (flag, reason); None: run.json has no ``load``.
+
+        Loaded when the 1-minute load average at the start or the end exceeds half the CPUs
+        (other work competed for the cores), or the roles' CPU time exceeds ``cpus x wall``
+        (the roles alone asked for more than the machine has).
+        """
+        load = self.meta.get("load")
+        if not isinstance(load, dict):
+            return None, ""
+        cpus = float(load.get("cpus") or 0) or float("nan")
+        notes = []
+        for when in ("start", "end"):
+            avg = (load.get(when) or {}).get("loadavg") or []
+            if avg and cpus == cpus and float(avg[0]) > LOADED_FRACTION * cpus:
+                notes.append(f"loadavg {float(avg[0]):.2f} at {when} > {LOADED_FRACTION:g} x {cpus:g} CPUs")
+        cpu_s, wall_s = load.get("roles_cpu_s"), load.get("wall_s")
+        if cpu_s is not None and wall_s and cpus == cpus and float(cpu_s) > cpus * float(wall_s):
+            notes.append(f"roles' CPU {float(cpu_s):.0f} s > {cpus:g} CPUs x {float(wall_s):.0f} s wall")
+        return bool(notes), "; ".join(notes)
+
+    def bases(self) -> tuple[bool, str]:
+        """(any base rebuilt, i.e. hash differs from the shipped reference; "name:sha256[:12]" list)."""
+        bases = self.meta.get("bases")
+        if not isinstance(bases, dict):
+            return False, ""
+        rebuilt = any(isinstance(b, dict) and b.get("reference") is False for b in bases.values())
+        shas = ",".join(f"{name}:{str(b.get('sha256', ''))[:12]}{'' if b.get('reference', True) else '(rebuilt)'}"
+                        for name, b in sorted(bases.items()) if isinstance(b, dict))
+        return rebuilt, shas
 
     def config_columns(self) -> dict[str, Any]:
         """Config knobs the tables need that rows do not carry (NaN/"" when run.json lacks them)."""
@@ -173,6 +205,9 @@ def collect(results_dir: Path | str) -> Collection:
             frame["kind"] = r.kind
             for column, value in r.config_columns().items():
                 frame[column] = value
+            loaded, note = r.load()
+            frame["loaded"], frame["load_notes"] = loaded, note
+            frame["rebuilt_base"], frame["base_sha256"] = r.bases()
             frames.append(frame)
     rows = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
     return Collection(results_dir, runs, rows)

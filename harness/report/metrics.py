@@ -54,8 +54,17 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from harness.report.aggregate import aggregate, pair_with_baseline, paired_column
+
 QUALITY_METRIC = {"distill": "accuracy", "reward": "accuracy", "federated": "accuracy"}
 QUALITY_FALLBACK = ("accuracy", "reward")
+CONTINUOUS_METRIC = {"distill": "reverse_kl", "reward": "reward", "federated": "eval_loss"}
+LOWER_IS_BETTER = {"reverse_kl", "eval_loss"}
+COMPUTE_MEASURES = ("client_flops", "client_compute_isolated_s", "client_compute_s")   # best first
+ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "policy_kl", "bytes_frac", "speedup",
+                  "quality_retained", "time_to_target_s"]
+FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops", "round_s",
+                   "accuracy", "eval_loss", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "accuracy_gain_vs_fedit"]
 TARGET_FRACTION = 0.9
 ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit",
                  "delay_ms", "rank", "budget_frac", "ref_rank"]
@@ -82,6 +91,12 @@ def quality_metric(task: str, frame: pd.DataFrame) -> str | None:
         if name and _col(frame, name).notna().any():
             return name
     return None
+
+
+def continuous_metric(task: str, frame: pd.DataFrame) -> str | None:
+    """The task's continuous quality column (``CONTINUOUS_METRIC``) when these rows record it, else None."""
+    name = CONTINUOUS_METRIC.get(task)
+    return name if name and _col(frame, name).notna().any() else None
 
 
 def _hub(rows: pd.DataFrame, role: str) -> pd.DataFrame:
@@ -126,6 +141,17 @@ def _in_sync(rows: pd.DataFrame, hub: pd.DataFrame, others: str = "worker") -> p
     return pd.Series(dtype=bool)
 
 
+def _final(frame: pd.DataFrame, name: str | None) -> float:
+    values = _col(frame, name).dropna() if name else pd.Series(dtype=float)
+    return float(values.iloc[-1]) if len(values) else np.nan
+
+
+def _run_flags(hub: pd.DataFrame) -> dict[str, Any]:
+    """Load and base-hash flags that collect() copied from run.json onto the rows."""
+    return {"loaded": _first(hub, "loaded", None), "load_notes": _first(hub, "load_notes", ""),
+            "rebuilt_base": bool(_first(hub, "rebuilt_base", False)), "base_sha256": _first(hub, "base_sha256", "")}
+
+
 def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
     """Per-run on-policy metrics (see the module docstring)."""
     hub = _hub(rows, "learner")
@@ -139,6 +165,7 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
     rate_bps = float(_first(hub, "rate_mbit")) * 1e6
     ideal = (down * 8 / rate_bps).sum() if rate_bps > 0 else np.nan
     sync = _in_sync(rows, hub)
+    cont = continuous_metric(str(_first(hub, "task", "")), hub)
     return {
         "updates": int(len(hub)),
         "workers": n,
@@ -151,23 +178,11 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "wire_efficiency": ideal / transfer.sum() if transfer.sum() > 0 and not math.isnan(ideal) else np.nan,
         "quality": quality.iloc[-1] if len(quality) else np.nan,
         "quality_metric": metric or "none",
+        "continuous": _final(hub, cont),
+        "continuous_metric": cont or "none",
+        "policy_kl": _final(hub, "policy_kl"),
         "in_sync_frac": sync.mean() if len(sync) else np.nan,
     }
-
-
-def _aggregate(per_run: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Mean over the seeds of each configuration; ``seeds`` counts runs, ``quality_std`` their spread."""
-    numeric = [c for c in per_run.columns if c not in keys and c not in ("run_id", "seed")
-               and pd.api.types.is_numeric_dtype(per_run[c])]
-    grouped = per_run.groupby(keys, dropna=False, sort=True)
-    table = grouped[numeric].mean()
-    table["seeds"] = grouped.size()
-    quality = "quality" if "quality" in per_run else "accuracy"
-    table["quality_std"] = grouped[quality].std(ddof=0).fillna(0.0)
-    for extra in ("quality_metric", "command", "run_ids", "lr_rule", "sync_dtype"):
-        if extra in per_run:
-            table[extra] = grouped[extra].agg(lambda s: ";".join(dict.fromkeys(map(str, s))))
-    return table.reset_index()
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -196,48 +211,74 @@ def _pick_reference(candidates: pd.DataFrame, row: pd.Series, name: str) -> pd.S
 
 
 def time_to_target(curve: pd.DataFrame, target: float) -> float:
-    """Cumulative update time [s] at the first evaluation with quality >= target (NaN: never)."""
+    """Cumulative update time [s] at which quality first reaches ``target``, linear in time between evaluations.
+
+    Between the last evaluation below the target (t0, q0) and the first at or above it
+    (t1, q1): ``t0 + (target - q0) / (q1 - q0) * (t1 - t0)``, so the figure measures learning
+    speed rather than the evaluation interval. Reached at the first evaluation: that
+    evaluation's time (nothing earlier was measured). NaN: never reached.
+    """
     if math.isnan(target):
         return np.nan
-    hit = curve[curve["quality"] >= target]
-    return float(hit["cum_time_s"].iloc[0]) if len(hit) else np.nan
+    pts = curve.dropna(subset=["quality"])
+    hit = np.flatnonzero(pts["quality"].to_numpy() >= target)
+    if not len(hit):
+        return np.nan
+    i = int(hit[0])
+    t1, q1 = float(pts["cum_time_s"].iloc[i]), float(pts["quality"].iloc[i])
+    if i == 0:
+        return t1
+    t0, q0 = float(pts["cum_time_s"].iloc[i - 1]), float(pts["quality"].iloc[i - 1])
+    return t0 + (target - q0) / (q1 - q0) * (t1 - t0)
 
 
-def onpolicy_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per on-policy configuration, with bytes_frac, speedup, quality_retained, time_to_target_s."""
+def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
+    cands = _match(configs[configs["method"] == "full_sync"], row, LINK_KEYS)
+    return _pick_reference(cands[cands["rank"] == row["ref_rank"]], row, "full_sync")
+
+
+def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per on-policy run: its metrics and its ratios to the same seed's full-sync run.
+
+    ``bytes_frac``, ``speedup``, ``quality_retained`` and ``time_to_target_s`` (target: 90%
+    of that seed's full-sync final quality) are per seed; NaN where full sync lacks the seed.
+    """
     per_run, curves = [], {}
     for run_id, run_rows in _runs_of(rows, "onpolicy"):
         hub = _hub(run_rows, "learner")
         if hub.empty:
             continue
         keys = {k: _first(hub, k) for k in ONPOLICY_KEYS}
-        per_run.append({**keys, "run_id": run_id, "run_ids": run_id, "command": _first(hub, "command", ""),
-                        "sync_dtype": _first(hub, "sync_dtype", ""),
-                        **onpolicy_run(run_rows)})
+        per_run.append({**keys, "seed": _first(hub, "seed", -1), "run_id": run_id, "run_ids": run_id,
+                        "command": _first(hub, "command", ""), "sync_dtype": _first(hub, "sync_dtype", ""),
+                        **_run_flags(hub), **onpolicy_run(run_rows)})
         curves[run_id] = onpolicy_curve(run_rows)
     if not per_run:
+        return pd.DataFrame(columns=ONPOLICY_KEYS + ["seed", "run_id"])
+    frame = pd.DataFrame(per_run)
+    base = pair_with_baseline(frame, ONPOLICY_KEYS, _choose_full_sync)
+    has = base >= 0
+    frame["baseline_variant"] = [frame.at[b, "variant"] if b >= 0 else "" for b in base]
+    frame["baseline_dtype"] = [frame.at[b, "sync_dtype"] if b >= 0 else "" for b in base]
+    frame["bytes_frac"] = paired_column(frame, base, "bytes_per_update")
+    frame["speedup"] = 1.0 / paired_column(frame, base, "update_s")
+    frame["quality_retained"] = paired_column(frame, base, "quality")
+    frame["time_to_target_s"] = [time_to_target(curves[r], TARGET_FRACTION * frame.at[b, "quality"]) if b >= 0
+                                 else np.nan for r, b in zip(frame["run_id"], base)]
+    frame.loc[~has, "time_to_target_s"] = np.nan
+    return frame
+
+
+def onpolicy_table(rows: pd.DataFrame | None = None, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One line per on-policy configuration: means over seeds with sd, n and 95% t-interval columns."""
+    runs = onpolicy_runs(rows) if runs is None else runs
+    if runs.empty or "run_id" not in runs or not len(runs):
         return pd.DataFrame(columns=ONPOLICY_KEYS)
-    table = _aggregate(pd.DataFrame(per_run), ONPOLICY_KEYS)
-    baselines = table[table["method"] == "full_sync"]
-    out = []
-    for _, row in table.iterrows():
-        cands = _match(baselines, row, LINK_KEYS)
-        cands = cands[cands["rank"] == row["ref_rank"]]
-        ref = _pick_reference(cands, row, "full_sync")
-        line = row.to_dict()
-        if ref is None:
-            line.update(baseline_variant="", baseline_dtype="", bytes_frac=np.nan, speedup=np.nan,
-                        quality_retained=np.nan,
-                        time_to_target_s=np.nan)
-        else:
-            target = TARGET_FRACTION * ref["quality"]
-            ttt = [time_to_target(curves[r], target) for r in row["run_ids"].split(";")]
-            line.update(baseline_variant=ref["variant"], baseline_dtype=ref.get("sync_dtype", ""),
-                        bytes_frac=row["bytes_per_update"] / ref["bytes_per_update"],
-                        speedup=ref["update_s"] / row["update_s"], quality_retained=row["quality"] / ref["quality"],
-                        time_to_target_s=float(np.mean(ttt)))
-        out.append(line)
-    return pd.DataFrame(out)
+    table = aggregate(runs, ONPOLICY_KEYS, ONPOLICY_STATS)
+    for col in ("baseline_variant", "baseline_dtype"):
+        table[col] = [";".join(dict.fromkeys(v for v in g[col].astype(str) if v))
+                      for _, g in runs.groupby(ONPOLICY_KEYS, dropna=False, sort=True)]
+    return table
 
 
 def onpolicy_curves(rows: pd.DataFrame) -> pd.DataFrame:
@@ -289,6 +330,8 @@ def federated_run(rows: pd.DataFrame) -> dict[str, Any]:
         "downlink_bytes": down.mean() if len(down) else np.nan,
         "uplink_bytes_total": up.sum() if len(up) else np.nan,
         "client_compute_s": _col(clients, "client_compute_s").mean(),
+        "client_compute_isolated_s": _col(clients, "client_compute_isolated_s").mean(),
+        "client_flops": _col(clients, "client_flops").mean(),
         "forward_s": _col(clients, "forward_s").mean(),
         "backward_s": _col(clients, "backward_s").mean(),
         "round_s": _col(server, "round_s").mean(),
@@ -311,30 +354,46 @@ def _ranks_of(rows: pd.DataFrame) -> str:
     return ranks_text(_first(rows, "ranks", "")) if "ranks" in rows else ""
 
 
-def federated_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per federated configuration, with ratios to FedIT on the same scenario and link."""
+def _choose_fedit(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
+    same = _match(configs[configs["method"] == "fedit"], row, ["backend", "scenario", "task", "ranks", "rate_mbit",
+                                                                "delay_ms"])
+    return _pick_reference(same, row, "fedit")
+
+
+def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per federated run, with its ratios to the same seed's FedIT run (NaN without one).
+
+    ``compute_frac_vs_fedit`` uses the best compute measure both runs have (``compute_measure``):
+    ``client_flops``, else ``client_compute_isolated_s``, else ``client_compute_s``.
+    """
     per_run = []
     for run_id, run_rows in _runs_of(rows, "federated"):
         server = _hub(run_rows, "server")
         if server.empty:
             continue
         keys = {k: _first(server, k) for k in FEDERATED_KEYS if k != "ranks"}
-        per_run.append({**keys, "ranks": _ranks_of(run_rows), "run_id": run_id, "run_ids": run_id,
-                        "command": _first(server, "command", ""), "lr_rule": _first(server, "lr_rule", ""),
-                        "resample_every": _first(server, "resample_every"), **federated_run(run_rows)})
+        per_run.append({**keys, "ranks": _ranks_of(run_rows), "seed": _first(server, "seed", -1), "run_id": run_id,
+                        "run_ids": run_id, "command": _first(server, "command", ""),
+                        "lr_rule": _first(server, "lr_rule", ""), "resample_every": _first(server, "resample_every"),
+                        **_run_flags(server), **federated_run(run_rows)})
     if not per_run:
+        return pd.DataFrame(columns=FEDERATED_KEYS + ["seed", "run_id"])
+    frame = pd.DataFrame(per_run)
+    base = pair_with_baseline(frame, FEDERATED_KEYS, _choose_fedit)
+    frame["uplink_frac_vs_fedit"] = paired_column(frame, base, "uplink_bytes")
+    measure = next((m for m in COMPUTE_MEASURES if m in frame and frame[m].notna().all()), "client_compute_s")
+    frame["compute_measure"] = measure
+    frame["compute_frac_vs_fedit"] = paired_column(frame, base, measure)
+    frame["accuracy_gain_vs_fedit"] = paired_column(frame, base, "accuracy", op="diff")
+    return frame
+
+
+def federated_table(rows: pd.DataFrame | None = None, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One line per federated configuration: means over seeds with sd, n and 95% t-interval columns."""
+    runs = federated_runs(rows) if runs is None else runs
+    if runs.empty:
         return pd.DataFrame(columns=FEDERATED_KEYS)
-    table = _aggregate(pd.DataFrame(per_run), FEDERATED_KEYS)
-    fedit = table[table["method"] == "fedit"]
-    out = []
-    for _, row in table.iterrows():
-        same = _match(fedit, row, ["backend", "scenario", "task", "ranks", "rate_mbit", "delay_ms"])
-        ref = _pick_reference(same, row, "fedit")
-        line = row.to_dict()
-        line["uplink_frac_vs_fedit"] = row["uplink_bytes"] / ref["uplink_bytes"] if ref is not None else np.nan
-        line["compute_frac_vs_fedit"] = row["client_compute_s"] / ref["client_compute_s"] if ref is not None else np.nan
-        out.append(line)
-    return pd.DataFrame(out)
+    return aggregate(runs, FEDERATED_KEYS, FEDERATED_STATS)
 
 
 def federated_curves(rows: pd.DataFrame) -> pd.DataFrame:

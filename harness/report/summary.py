@@ -1,7 +1,8 @@
 """``results/summary.md``: the paper-style tables, the figures, and the runs left out.
 
 Every table section names its scenario, its backend and the exact command(s) that
-produced its runs. Units: MB = 10^6 bytes, kB = 10^3 bytes, seconds, Mbit/s.
+produced its runs. Units: MB = 10^6 bytes, kB = 10^3 bytes, seconds, Mbit/s. Cells over
+seeds read ``3.03× ± 0.12 (n=5)``: mean ± half-width of the 95% t-interval, n = seeds.
 """
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from harness.report.claims import claims_frame, verdict
+from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection
 from harness.report.metrics import TARGET_FRACTION
 from harness.report.plots import PlotLog, short_module_name
+from harness.report.stats import Summary, cell
 from harness.report.style import label
 from harness.report.tables import Tables, snr_slopes
 
@@ -60,6 +62,37 @@ def fmt_rate(v) -> str:
     return "unshaped" if _nan(v) else f"{v:g}"
 
 
+def summary_of(r: pd.Series, column: str, scale: float = 1.0) -> Summary:
+    """The aggregated statistic ``column`` of one table line (mean, sd, n, interval), scaled."""
+    get = lambda k: float(r[k]) if k in r and not _nan(r[k]) else math.nan  # noqa: E731
+    n = int(get(column + "_n")) if not _nan(get(column + "_n")) else (1 if not _nan(get(column)) else 0)
+    return Summary(get(column) * scale, get(column + "_sd") * scale, n, get(column + "_ci_low") * scale,
+                   get(column + "_ci_high") * scale)
+
+
+def stat(column: str, fmt: str = "{:.3f}", unit: str = "", scale: float = 1.0) -> Callable:
+    """A markdown_table formatter that reads a whole line (use with column ``"*"``): ``mean ± hw (n=k)``."""
+    def text(r: pd.Series) -> str:
+        return cell(summary_of(r, column, scale), fmt, unit)
+    text.whole_row = True   # type: ignore[attr-defined]
+    return text
+
+
+FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit/s", 1.0)}
+
+
+def claim_value(statistic: str, v: float) -> str:
+    fmt, unit, scale = FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
+    return DASH if _nan(v) else fmt.format(v * scale) + unit
+
+
+def claim_text(c: pd.Series) -> str:
+    """``'2.50× [2.31, 2.69] (n=5)'``: estimate, 95% interval, seeds."""
+    interval = "" if _nan(c["ci_low"]) else f" [{claim_value(c['statistic'], c['ci_low'])}, " \
+                                            f"{claim_value(c['statistic'], c['ci_high'])}]"
+    return f"{claim_value(c['statistic'], c['estimate'])}{interval} (n={int(c['n_seeds'])})"
+
+
 def short_reason(reason: str) -> str:
     """A failure reason on one line: its first line, and its last when it spans several (a traceback)."""
     lines = [x.strip() for x in str(reason).splitlines() if x.strip()]
@@ -70,8 +103,8 @@ def markdown_table(frame: pd.DataFrame, columns: list[tuple[str, str, Callable]]
     """Render ``frame`` with (header, column, formatter) triples; numbers right-aligned."""
     head = "| " + " | ".join(h for h, _, _ in columns) + " |"
     rule = "|" + "|".join("---:" if f is not str else "---" for _, _, f in columns) + "|"
-    body = ["| " + " | ".join(f(r[c]) if f is not str else str(r[c]) for _, c, f in columns) + " |"
-            for _, r in frame.iterrows()]
+    body = ["| " + " | ".join(f(r) if getattr(f, "whole_row", False) else f(r[c]) if f is not str else str(r[c])
+                              for _, c, f in columns) + " |" for _, r in frame.iterrows()]
     return "\n".join([head, rule, *body])
 
 
@@ -94,16 +127,84 @@ def is_grid(t: pd.DataFrame) -> bool:
     return t["rate_mbit"].nunique() > 1 and t["ref_rank"].nunique() > 1
 
 
-def claims_section(tables: Tables) -> list[str]:
+def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[str]:
     out = ["## Claims, as measured here", ""]
-    frame = claims_frame(tables)
+    frame = claims_frame(tables) if frame is None else frame
     if frame.empty:
         return out + ["No run in these results measures a headline claim (HiLo + Spar with a full-sync "
                       "baseline, or SPRA with FedIT).", ""]
-    frame = frame.assign(verdict=frame["met"].map(verdict))
-    return out + [markdown_table(frame, [("method", "method", str), ("claim", "claim", str),
-                                         ("where", "where", str), ("measured", "measured", str),
-                                         ("verdict", "verdict", str)]), ""]
+    counts = frame["verdict"].value_counts()
+    out += ["Each estimate is the mean of per-seed values (ratios and differences formed on the two runs of the "
+            "same seed), with its 95% Student t-interval in brackets and n the seeds it rests on. A claim is "
+            "**met** only when the whole interval is on the claim's side of the threshold, **not met** only when "
+            "the whole interval is on the other side, **inconclusive** otherwise (the interval contains or touches "
+            "the threshold, or n < 2). Full rules and per-claim seeds: `tables/claims.csv`.", "",
+            f"Verdicts: {', '.join(f'{k} {v}' for k, v in counts.items())}.", ""]
+    frame = frame.assign(text=frame.apply(claim_text, axis=1),
+                         resolve=[("≥ 10000" if v == math.inf else f"{int(v)}") if not _nan(v) else DASH
+                                  for v in frame["seeds_to_resolve"]],
+                         note=frame["note"].fillna("").astype(str))
+    out += [markdown_table(frame, [("method", "method", str), ("claim", "claim", str), ("where", "where", str),
+                                   ("estimate [95% CI] (n)", "text", str), ("verdict", "verdict", str),
+                                   ("seeds to resolve", "resolve", str), ("note", "note", str)]), ""]
+    need = frame[(frame["verdict"] == "inconclusive") & frame["seeds_to_resolve"].notna()]
+    if len(need):
+        out += [f"Seeds to resolve the inconclusive claims (t half-width at the observed sd below the distance of "
+                f"the mean to the threshold): {', '.join(sorted(set(need['resolve'])))}; claims with n < 2 need "
+                "a second seed before any estimate of the spread.", ""]
+    return out
+
+
+def crossover_section(cross: pd.DataFrame) -> list[str]:
+    """Where HiLo stops paying off: the rate at which speedup = 1, per seed then summarised."""
+    out = ["## Crossover: the link rate below which a method beats full sync", ""]
+    if cross.empty:
+        return out + ["No method was measured at two or more link rates with a full-sync baseline.", ""]
+    out += ["Per seed, the speedup over full sync is interpolated linearly in log rate between the measured rates "
+            "and the rate where it equals 1 is taken; the cell is the mean over seeds ± the 95% t half-width. "
+            "Below that rate the method is faster than full sync. *above*/*below*: the speedup stays on one side "
+            "of 1 over every measured rate (no crossing in range).", ""]
+    shown = cross.assign(name=[label(m, c, r, rr) for m, c, r, rr in
+                               zip(cross["method"], cross["compressor"], cross["rank"], cross["ref_rank"])],
+                         budget=[fmt_pct(b, 1) for b in cross["budget_frac"]],
+                         text=[cell(Summary(m, sd, int(n), lo, hi), "{:.3g}", " Mbit/s") if n else DASH
+                               for m, sd, n, lo, hi in zip(cross["crossover_mbit"], cross["sd"], cross["n_seeds"],
+                                                           cross["ci_low"], cross["ci_high"])])
+    out += [markdown_table(shown, [("scenario", "scenario", str), ("backend", "backend", str),
+                                   ("method", "name", str), ("budget", "budget", str),
+                                   ("training rank", "ref_rank", lambda v: fmt_num(v, 4)),
+                                   ("crossover", "text", str), ("speedup vs 1", "sides", str),
+                                   ("rates (Mbit/s)", "rates", str)]), ""]
+    return out
+
+
+def load_section(coll: Collection, tables: Tables) -> list[str]:
+    """Which timings were measured under load, and which runs started from a rebuilt base."""
+    out = ["## Timing conditions and bases", ""]
+    runs = pd.concat([t for t in (tables.hilo_runs, tables.spra_runs) if len(t)], ignore_index=True) \
+        if len(tables.hilo_runs) or len(tables.spra_runs) else pd.DataFrame()
+    if runs.empty:
+        return out + ["No runs.", ""]
+    known = runs["loaded"].notna() if "loaded" in runs else pd.Series(False, index=runs.index)
+    loaded = runs[known & runs["loaded"].fillna(False).astype(bool)] if "loaded" in runs else runs.iloc[:0]
+    out += [f"Speedups and times were measured on {len(runs)} runs: {int(known.sum())} recorded their load "
+            f"(run.json `load`), {len(loaded)} of them under load (1-minute load average above half the CPUs at "
+            "the start or end, or the roles' CPU time above CPUs × wall time); "
+            f"{len(runs) - int(known.sum())} recorded none (timing conditions unknown). Tables count loaded runs "
+            "in `loaded_runs`.", ""]
+    if len(loaded):
+        out += [f"- `{r['scenario']}/{r['run_id']}` (seed {r['seed']}): {r.get('load_notes', '')}"
+                for _, r in loaded.iterrows()] + [""]
+    rebuilt = runs[runs["rebuilt_base"].fillna(False).astype(bool)] if "rebuilt_base" in runs else runs.iloc[:0]
+    if len(rebuilt):
+        out += ["Runs that started from a **rebuilt base** (SHA-256 differs from the shipped reference; their "
+                "quality is not comparable with the reference's):", ""]
+        out += [f"- `{r['scenario']}/{r['run_id']}`: {r.get('base_sha256', '')}" for _, r in rebuilt.iterrows()] + [""]
+    else:
+        shas = sorted({str(v) for v in runs.get("base_sha256", pd.Series(dtype=str)).dropna() if str(v)})
+        out += [f"Bases: {'; '.join(f'`{v}`' for v in shas) if shas else 'no run recorded base hashes'}"
+                f"{' (all the shipped reference)' if shas else ''}.", ""]
+    return out
 
 
 def hilo_section(coll: Collection, tables: Tables) -> list[str]:
@@ -120,18 +221,21 @@ def hilo_section(coll: Collection, tables: Tables) -> list[str]:
         out += _section_head(coll, scenario, backend)
         refs = sorted({f"`{v}`" + (f" ({d})" if d else "") for v, d in
                        zip(t["baseline_variant"], t["baseline_dtype"].fillna("")) if v})
-        out += [f"Quality = final held-out {metric} after {int(t['updates'].max())} updates; bytes = "
-                "downlink payload per update per worker (incl. resyncs); speedup and retained quality are "
-                "vs full sync at the same link and training rank "
-                f"(reference run: {', '.join(refs) or 'none found'}); seeds averaged.", ""]
+        cont = ", ".join(sorted(set(t["continuous_metric"].dropna().astype(str)) - {"none", ""})) or "none recorded"
+        out += [f"Quality = final held-out {metric} after {int(t['updates'].max())} updates, and the task's "
+                f"continuous metric ({cont}); bytes = downlink payload per update per worker (incl. resyncs); "
+                "speedup, bytes and retained quality are per seed vs the same seed's full sync at the same link and "
+                f"training rank (reference run: {', '.join(refs) or 'none found'}), then averaged. Cells: mean ± "
+                "95% t half-width (n = seeds); ⚠ = runs measured under load.", ""]
+        t = t.assign(flag=[f"{int(k)} ⚠" if k else "" for k in t["loaded_runs"].fillna(0)])
         out.append(markdown_table(t, [
             ("task", "task", str), ("method", "name", str), ("rank", "rank", lambda v: fmt_num(v, 4)),
             ("rate (Mbit/s)", "rate_mbit", fmt_rate), ("bytes/update", "bytes_per_update", fmt_bytes),
-            ("% of full sync", "bytes_frac", lambda v: fmt_pct(v, 2)), ("update (s)", "update_s", fmt_s),
-            ("speedup", "speedup", fmt_x), ("quality", "quality", fmt_q),
-            ("retained", "quality_retained", fmt_pct), ("in sync", "in_sync_frac", fmt_pct),
-            (f"time to {TARGET_FRACTION:.0%} (s)", "time_to_target_s", fmt_s),
-            ("wire eff.", "wire_efficiency", fmt_pct), ("seeds", "seeds", lambda v: fmt_num(v, 2)),
+            ("% of full sync", "*", stat("bytes_frac", "{:.2f}", "%", 100)), ("update (s)", "*", stat("update_s")),
+            ("speedup", "*", stat("speedup", "{:.2f}", "×")), (metric, "*", stat("quality")),
+            (cont, "*", stat("continuous", "{:.3g}")), ("retained", "*", stat("quality_retained", "{:.1f}", "%", 100)),
+            (f"time to {TARGET_FRACTION:.0%} (s)", "*", stat("time_to_target_s", "{:.2f}")),
+            ("in sync", "in_sync_frac", fmt_pct), ("seeds", "seed_list", str), ("loaded", "flag", str),
         ]))
         out.append("")
     return out
@@ -145,12 +249,14 @@ def sweep_section(coll: Collection, tables: Tables) -> list[str]:
                       "(run a `scenarios/grid_*.yaml` sweep); `tables/sweep.csv` lists every grid point.", ""]
     for (scenario, backend), t in grids:
         out += _section_head(coll, scenario, backend)
-        out += ["Each cell: update speedup vs full sync · bytes per update as % of full sync · quality "
-                "retained, all vs full sync at the same rate and training rank.", ""]
+        out += ["Each cell: update speedup vs full sync (mean ± 95% t half-width, n seeds) · bytes per update as % "
+                "of full sync · quality retained (means), all per seed vs full sync at the same rate and training "
+                "rank.", ""]
         for (method, compressor), g in t[t["method"] != "full_sync"].groupby(["method", "compressor"], sort=True):
-            cell = g.assign(text=[f"{fmt_x(s)} · {fmt_pct(b, 2)} · {fmt_pct(q)}" for s, b, q
-                                  in zip(g["speedup"], g["bytes_frac"], g["quality_retained"])])
-            grid = cell.pivot_table(index="rate_mbit", columns="rank", values="text", aggfunc="first")
+            speed = stat("speedup", "{:.2f}", "×")
+            cells = g.assign(text=[f"{speed(r)} · {fmt_pct(r['bytes_frac'], 2)} · {fmt_pct(r['quality_retained'])}"
+                                   for _, r in g.iterrows()])
+            grid = cells.pivot_table(index="rate_mbit", columns="rank", values="text", aggfunc="first")
             out += [f"**{label(method, compressor)}**", ""]
             cols = [("rate (Mbit/s)", "rate_mbit", fmt_rate)] + [(f"r={int(r)}", r, str) for r in grid.columns]
             out += [markdown_table(grid.fillna(DASH).reset_index(), cols), ""]
@@ -163,14 +269,20 @@ def spra_section(coll: Collection, tables: Tables) -> list[str]:
         return out + ["No federated runs in these results.", ""]
     for (scenario, backend), t in _groups(tables.spra):
         out += _section_head(coll, scenario, backend)
+        measure = ", ".join(sorted(set(t["compute_measure"].dropna().astype(str)))) or "client_compute_s"
         out += ["Bytes are payload per round summed over the round's clients; compute is per client "
-                "per round; accuracy is the server's final held-out accuracy; ratios are vs FedIT.", ""]
-        out.append(markdown_table(t.assign(name=t["method"].map(label)), [
+                "per round; accuracy and held-out loss are the server's final ones; ratios are per seed vs the same "
+                f"seed's FedIT (compute ratio from {measure}). Cells: mean ± 95% t half-width (n = seeds); "
+                "⚠ = runs measured under load.", ""]
+        t = t.assign(name=t["method"].map(label), flag=[f"{int(k)} ⚠" if k else "" for k in t["loaded_runs"].fillna(0)])
+        out.append(markdown_table(t, [
             ("method", "name", str), ("variant", "variant", str), ("ranks", "ranks", str),
-            ("uplink/round", "uplink_bytes", fmt_bytes), ("uplink vs FedIT", "uplink_frac_vs_fedit", fmt_pct),
-            ("downlink/round", "downlink_bytes", fmt_bytes), ("client compute (s)", "client_compute_s", fmt_s),
-            ("compute vs FedIT", "compute_frac_vs_fedit", fmt_pct), ("round (s)", "round_s", fmt_s),
-            ("accuracy", "accuracy", fmt_pct), ("seeds", "seeds", lambda v: fmt_num(v, 2)),
+            ("uplink/round", "uplink_bytes", fmt_bytes),
+            ("uplink vs FedIT", "*", stat("uplink_frac_vs_fedit", "{:.1f}", "%", 100)),
+            ("downlink/round", "downlink_bytes", fmt_bytes), ("client compute (s)", "*", stat("client_compute_s")),
+            ("compute vs FedIT", "*", stat("compute_frac_vs_fedit", "{:.1f}", "%", 100)),
+            ("round (s)", "round_s", fmt_s), ("accuracy", "*", stat("accuracy", "{:.1f}", "%", 100)),
+            ("held-out loss", "*", stat("eval_loss", "{:.3g}")), ("seeds", "seed_list", str), ("loaded", "flag", str),
         ]))
         out.append("")
     return out
@@ -233,7 +345,8 @@ def runs_section(coll: Collection) -> list[str]:
     return out
 
 
-def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, command: str) -> Path:
+def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, command: str, *,
+                  claims: pd.DataFrame | None = None, crossover: pd.DataFrame | None = None) -> Path:
     """Write summary.md; returns its path."""
     backends = coll.backends()
     lines = ["# narrowband results", "",
@@ -241,7 +354,9 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
              f"{len(coll.excluded)} left out). Link backend{'s' if len(backends) != 1 else ''}: "
              f"{', '.join(f'`{b}`' for b in backends) or DASH} (every table is split by backend). "
              "Tables: `tables/*.csv`; definitions of every derived metric: docs/report.md.", ""]
-    lines += claims_section(tables) + hilo_section(coll, tables)
+    cross = crossover_frame(tables) if crossover is None else crossover
+    lines += claims_section(tables, claims) + crossover_section(cross) + load_section(coll, tables)
+    lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
     lines += extra_sections(tables) + plots_section(plots, coll.results_dir) + runs_section(coll)
     path.write_text("\n".join(lines).rstrip() + "\n")

@@ -6,10 +6,14 @@
 - ``spra.csv``: one line per federated configuration (method x rank mix): uplink and
   downlink bytes per round, client compute, round time, final accuracy.
 - ``sweep.csv``: the rate x rank grid view of the on-policy configurations.
+- ``hilo_runs.csv`` / ``spra_runs.csv``: the same, one line per run (per seed), with the
+  per-seed ratios that the configuration lines summarise.
 - ``backends.csv``: the same configuration run on two link backends (e.g. ``model`` vs
   ``tc``), side by side, with the ratio of their times: how far the model backend agrees.
 
-Every table carries ``scenario`` and ``backend`` columns (backends are never averaged
+Configuration tables aggregate over seeds: each statistic ``m`` has ``m`` (mean), ``m_sd``,
+``m_n``, ``m_ci_low``, ``m_ci_high`` (95% t-interval, harness/report/stats.py); ``seeds``
+counts the runs and ``seed_list`` names them. Every table carries ``scenario`` and ``backend`` columns (backends are never averaged
 together) and the exact ``command`` that produced its runs. ``snr.csv`` (rank, snr[, fit])
 is written by the SNR check, not here; it is read if present.
 """
@@ -22,24 +26,40 @@ import numpy as np
 import pandas as pd
 
 from harness.report.collect import Collection
-from harness.report.metrics import federated_table, onpolicy_table
+from harness.report.aggregate import STAT_SUFFIXES
+from harness.report.metrics import (FEDERATED_STATS, ONPOLICY_STATS, federated_runs, federated_table, onpolicy_runs,
+                                    onpolicy_table)
 from harness.report.style import METHOD_ORDER
 
 HILO_COLUMNS = ["task", "method", "compressor", "rank", "rate_mbit", "bytes_per_update", "bytes_frac",
                 "update_s", "speedup", "quality", "quality_retained", "in_sync_frac"]
 HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_rank", "quality_metric",
-              "quality_std", "seeds", "updates", "workers", "time_to_target_s", "downlink_bytes_per_update",
+              "continuous", "continuous_metric", "policy_kl", "seeds", "seed_list", "loaded_runs",
+              "rebuilt_base_runs", "load_notes", "base_sha256", "updates", "workers", "time_to_target_s", "downlink_bytes_per_update",
               "wire_bytes_per_update",
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
               "baseline_dtype", "command"]
 SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
 SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "lr_rule", "resample_every",
               "uplink_frac_vs_fedit",
-              "compute_frac_vs_fedit", "forward_s", "backward_s", "eval_loss", "quality_std", "seeds",
+              "compute_frac_vs_fedit", "compute_measure", "accuracy_gain_vs_fedit", "client_compute_isolated_s",
+              "client_flops", "forward_s", "backward_s", "eval_loss", "seeds", "seed_list", "loaded_runs",
+              "rebuilt_base_runs", "load_notes", "base_sha256",
               "rounds", "uplink_bytes_total", "in_sync_frac", "command"]
 SWEEP_COLUMNS = ["rate_mbit", "rank", "method", "compressor", "speedup", "bytes_frac", "quality"]
 SWEEP_EXTRA = ["scenario", "backend", "task", "variant", "ref_rank", "budget_frac", "delay_ms", "update_s",
-               "quality_retained", "seeds"]
+               "quality_retained", "seeds", "loaded_runs"]
+
+
+def stat_columns(names: list[str]) -> list[str]:
+    """``m_sd, m_n, m_ci_low, m_ci_high`` for each m (the mean keeps the plain name)."""
+    return [n + suffix for n in names for suffix in STAT_SUFFIXES]
+
+
+HILO_EXTRA += stat_columns(ONPOLICY_STATS)
+SPRA_EXTRA += stat_columns(FEDERATED_STATS)
+SWEEP_EXTRA += stat_columns(["speedup", "bytes_frac", "quality_retained"])
+RUN_KEYS = ["seed", "run_id", "loaded", "rebuilt_base"]
 BACKEND_COLUMNS = ["scenario", "variant", "method", "compressor", "rate_mbit", "rank", "backend",
                    "reference_backend", "time_s", "reference_time_s", "time_ratio", "bytes_ratio"]
 SNR_COLUMNS = ["rank", "snr"]
@@ -54,6 +74,8 @@ class Tables:
     sweep: pd.DataFrame
     backends: pd.DataFrame
     snr: pd.DataFrame | None = None
+    hilo_runs: pd.DataFrame = field(default_factory=pd.DataFrame)   # one line per on-policy run (per seed)
+    spra_runs: pd.DataFrame = field(default_factory=pd.DataFrame)   # one line per federated run (per seed)
     written: list[Path] = field(default_factory=list)
 
 
@@ -80,11 +102,15 @@ def sweep_table(onpolicy: pd.DataFrame) -> pd.DataFrame:
 
 
 def spra_table(federated: pd.DataFrame) -> pd.DataFrame:
-    table = federated.copy()
-    if len(table) and "quality_std" in table:
-        table = table.rename(columns={"quality_std": "accuracy_std"})
-    extra = [("accuracy_std" if c == "quality_std" else c) for c in SPRA_EXTRA]
-    return _order(table, ["scenario", "backend", "task", "ranks", "rate_mbit"], SPRA_COLUMNS + extra)
+    return _order(federated.copy(), ["scenario", "backend", "task", "ranks", "rate_mbit"], SPRA_COLUMNS + SPRA_EXTRA)
+
+
+def runs_table(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The per-seed view: one line per run, the configuration's columns then seed and run id."""
+    if runs.empty:
+        return pd.DataFrame(columns=[c for c in columns if "_sd" not in c])
+    plain = [c for c in columns if not c.endswith(STAT_SUFFIXES) and c in runs] + [k for k in RUN_KEYS if k in runs]
+    return _order(runs.copy(), ["scenario", "backend", "task", "rate_mbit", "seed"], list(dict.fromkeys(plain)))
 
 
 def backend_table(onpolicy: pd.DataFrame, federated: pd.DataFrame) -> pd.DataFrame:
@@ -137,9 +163,12 @@ def snr_slopes(snr: pd.DataFrame) -> pd.DataFrame:
 
 def build_tables(coll: Collection) -> Tables:
     """All tables from the collected ok runs (nothing is written)."""
-    onpolicy, federated = onpolicy_table(coll.rows), federated_table(coll.rows)
+    op_runs, fed_runs = onpolicy_runs(coll.rows), federated_runs(coll.rows)
+    onpolicy, federated = onpolicy_table(runs=op_runs), federated_table(runs=fed_runs)
     return Tables(hilo=hilo_table(onpolicy), spra=spra_table(federated), sweep=sweep_table(onpolicy),
-                  backends=backend_table(onpolicy, federated), snr=read_snr(coll.results_dir / "tables"))
+                  backends=backend_table(onpolicy, federated), snr=read_snr(coll.results_dir / "tables"),
+                  hilo_runs=runs_table(op_runs, HILO_COLUMNS + HILO_EXTRA),
+                  spra_runs=runs_table(fed_runs, SPRA_COLUMNS + SPRA_EXTRA))
 
 
 def write_tables(tables: Tables, tables_dir: Path) -> list[Path]:
@@ -147,7 +176,7 @@ def write_tables(tables: Tables, tables_dir: Path) -> list[Path]:
     tables_dir = Path(tables_dir)
     tables_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in ("hilo", "spra", "sweep", "backends"):
+    for name in ("hilo", "spra", "sweep", "backends", "hilo_runs", "spra_runs"):
         frame = getattr(tables, name)
         if name == "backends" and frame.empty:
             (tables_dir / "backends.csv").unlink(missing_ok=True)

@@ -1,0 +1,187 @@
+"""Statistics of the report: intervals, verdicts, paired ratios and seeds to resolve.
+
+Pure: stats functions on hand-picked numbers, then a synthetic tree with known per-seed
+values (report_synthetic.make_seeded_results) through the tables and claims, no plots.
+Expected intervals are computed here from the textbook formula with scipy's t quantile.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as st
+
+from harness.report import build_tables, collect
+from harness.report.claims import claims_frame, crossover_frame
+from harness.report.metrics import time_to_target
+from harness.report.stats import cell, crossover, paired, seeds_needed, summarize, verdict
+from report_synthetic import (SEEDED_FED, SEEDED_FULL_Q, SEEDED_LOWRANK, SEEDED_RETAINED, SEEDED_SPEEDUP, SEEDS,
+                              make_seeded_results)
+
+
+def t_interval(x):
+    x = np.asarray(x, dtype=float)
+    half = st.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return x.mean() - half, x.mean() + half
+
+
+# ---------------------------------------------------------------- pure
+def test_summary_is_the_t_interval():
+    s = summarize([2.5, 2.6, 2.7, 2.8, 2.9])
+    lo, hi = t_interval([2.5, 2.6, 2.7, 2.8, 2.9])
+    assert (s.n, s.mean) == (5, pytest.approx(2.7))
+    assert s.sd == pytest.approx(math.sqrt(0.025))            # sample sd, ddof=1
+    assert (s.ci_low, s.ci_high) == (pytest.approx(lo), pytest.approx(hi))
+    assert s.half_width == pytest.approx(2.7764451 * math.sqrt(0.025) / math.sqrt(5), rel=1e-6)  # t_{.975,4}
+
+
+def test_one_seed_has_no_interval_and_nan_is_dropped():
+    one = summarize([0.8, float("nan")])
+    assert one.n == 1 and one.mean == 0.8 and math.isnan(one.ci_low) and math.isnan(one.sd)
+    assert summarize([]).n == 0
+
+
+@pytest.mark.parametrize("lo, hi, threshold, direction, expected", [
+    (2.3, 2.9, 2.2, ">=", "met"), (1.0, 2.1, 2.2, ">=", "not met"), (1.9, 2.7, 2.2, ">=", "inconclusive"),
+    (2.2, 2.9, 2.2, ">=", "inconclusive"),      # touches the threshold from above: does not exclude it
+    (1.5, 2.2, 2.2, ">=", "inconclusive"),      # touches it from below
+    (0.01, 0.015, 0.016, "<=", "met"), (0.02, 0.03, 0.016, "<=", "not met"),
+    (0.01, 0.016, 0.016, "<=", "inconclusive"),  # touches a "<=" threshold
+    (2.2, 2.2, 2.2, ">=", "inconclusive"),      # a zero-width interval on the threshold
+    (float("nan"), float("nan"), 2.2, ">=", "inconclusive"),   # one seed: no interval
+])
+def test_verdict_from_the_interval(lo, hi, threshold, direction, expected):
+    assert verdict(lo, hi, threshold, direction) == expected
+
+
+def test_verdict_names_a_bad_direction():
+    with pytest.raises(ValueError, match="direction"):
+        verdict(1, 2, 1.5, ">")
+
+
+def test_seeds_needed_resolves_the_observed_gap():
+    mean, sd, threshold = 2.3, 0.3162, 2.2
+    n = seeds_needed(mean, sd, threshold)
+    half = lambda k: st.t.ppf(0.975, k - 1) * sd / math.sqrt(k)  # noqa: E731
+    assert half(int(n)) < abs(mean - threshold) <= half(int(n) - 1)   # the smallest such n
+    assert math.isnan(seeds_needed(2.2, 0.3, 2.2)) and math.isnan(seeds_needed(2.3, float("nan"), 2.2))
+
+
+def test_paired_ratios_use_only_shared_seeds():
+    assert paired({0: 2.0, 1: 3.0, 2: 1.0}, {0: 1.0, 1: 2.0}) == {0: 2.0, 1: 1.5}
+    assert paired({0: 0.8}, {0: 0.7}, "diff") == {0: pytest.approx(0.1)}
+
+
+def test_crossover_interpolates_in_log_rate():
+    # speedup 2 at 10 Mbit/s, 0.5 at 1000: linear in log10 rate, 1 is crossed at 2/3 of the way
+    assert crossover([10, 1000], [2.0, 0.5]) == pytest.approx(10 ** (1 + 2 * (2 / 3)))
+    assert math.isnan(crossover([10, 100], [2.0, 1.5]))    # never crosses in range
+
+
+def test_cell_text():
+    assert cell(summarize([2.5, 2.6, 2.7, 2.8, 2.9]), "{:.2f}", "x") == "2.70x ± 0.20 (n=5)"
+    assert cell(summarize([0.82]), "{:.3f}") == "0.820 (n=1)"
+
+
+def test_time_to_target_is_interpolated_between_evaluations():
+    curve = pd.DataFrame({"quality": [0.2, float("nan"), 0.6, 0.8], "cum_time_s": [1.0, 2.0, 3.0, 4.0]})
+    assert time_to_target(curve, 0.5) == pytest.approx(1.0 + (0.5 - 0.2) / (0.6 - 0.2) * 2.0)
+    assert time_to_target(curve, 0.1) == 1.0                   # reached at the first evaluation
+    assert math.isnan(time_to_target(curve, 0.9))
+
+
+# ---------------------------------------------------------------- through the tables and claims
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory):
+    root = make_seeded_results(tmp_path_factory.mktemp("seeded"))
+    tables = build_tables(collect(root))
+    return tables, claims_frame(tables), crossover_frame(tables)
+
+
+def _hilo(tables, variant, rate):
+    t = tables.hilo
+    return t[(t["variant"] == variant) & (t["rate_mbit"] == rate)].iloc[0]
+
+
+@pytest.mark.parametrize("rate", sorted(SEEDED_SPEEDUP))
+def test_speedup_is_aggregated_per_seed_with_its_interval(seeded, rate):
+    row = _hilo(seeded[0], "hilo_spar", rate)
+    lo, hi = t_interval(SEEDED_SPEEDUP[rate])
+    assert row["speedup"] == pytest.approx(np.mean(SEEDED_SPEEDUP[rate]))
+    assert (row["speedup_ci_low"], row["speedup_ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert row["speedup_n"] == 5 and row["seeds"] == 5 and row["seed_list"] == "0,1,2,3,4"
+
+
+def test_quality_and_continuous_metric_carry_intervals(seeded):
+    row = _hilo(seeded[0], "hilo_spar", 10)
+    retained = SEEDED_RETAINED
+    assert row["quality_retained"] == pytest.approx(np.mean(retained))
+    assert row["quality_retained_ci_low"] == pytest.approx(t_interval(retained)[0])
+    finals = [q * r for q, r in zip(SEEDED_FULL_Q, retained)]
+    assert row["quality"] == pytest.approx(np.mean(finals))
+    assert row["continuous_metric"] == "reverse_kl"            # the synthetic runs record 1 - accuracy
+    assert row["continuous_ci_high"] == pytest.approx(1 - t_interval(finals)[0])
+
+
+def _claim(claims, claim, where_has):
+    hit = claims[claims["claim"].str.startswith(claim) & claims["where"].str.contains(where_has, regex=False)]
+    assert len(hit) == 1, (claim, where_has, claims[["claim", "where"]])
+    return hit.iloc[0]
+
+
+@pytest.mark.parametrize("rate, expected", [(10, "met"), (100, "inconclusive"), (1000, "not met")])
+def test_speedup_claim_is_judged_at_every_rate(seeded, rate, expected):
+    c = _claim(seeded[1], "update speedup", f" {rate:g} Mbit/s")
+    assert c["verdict"] == expected and c["n_seeds"] == 5
+    assert (c["ci_low"], c["ci_high"]) == tuple(pytest.approx(v) for v in t_interval(SEEDED_SPEEDUP[rate]))
+    if expected == "inconclusive":
+        sd = np.std(SEEDED_SPEEDUP[rate], ddof=1)
+        assert c["seeds_to_resolve"] == seeds_needed(np.mean(SEEDED_SPEEDUP[rate]), sd, 2.2) > 5
+    else:
+        assert math.isnan(c["seeds_to_resolve"])
+
+
+def test_quality_claims_vs_full_sync_and_at_equal_bytes(seeded):
+    claims = seeded[1]
+    assert _claim(claims, "quality within 2% of full sync", "10 Mbit/s")["verdict"] == "met"
+    equal = _claim(claims, "quality within 2% of low-rank", "low-rank r=1")
+    per_seed = [r / lr for r, lr in zip(SEEDED_RETAINED, SEEDED_LOWRANK)]
+    assert equal["estimate"] == pytest.approx(np.mean(per_seed)) and equal["verdict"] == "met"
+    bytes_claim = _claim(claims, "bytes per update", "10 Mbit/s")
+    assert bytes_claim["verdict"] == "met" and "configured budget 1.50%" in bytes_claim["note"]
+
+
+def test_no_verdict_contradicts_its_interval(seeded):
+    for _, c in seeded[1].iterrows():
+        assert c["verdict"] == verdict(c["ci_low"], c["ci_high"], c["threshold"], c["direction"])
+        assert {"method", "claim", "where", "estimate", "ci_low", "ci_high", "n_seeds", "rule", "verdict",
+                "seeds_to_resolve"} <= set(c.index)
+
+
+def test_spra_beats_fedit_paired_per_seed(seeded):
+    c = _claim(seeded[1], "higher final accuracy", "vs fedit")
+    diffs = [a - b for a, b in zip(SEEDED_FED["spra"], SEEDED_FED["fedit"])]
+    assert c["estimate"] == pytest.approx(np.mean(diffs)) and c["n_seeds"] == 3 and c["verdict"] == "met"
+    # SPRA ships exactly half FedIT's uplink on every seed: a zero-width interval touching 50% is inconclusive
+    uplink = _claim(seeded[1], "uplink", "spra_seeds")
+    assert (uplink["ci_low"], uplink["ci_high"]) == (0.5, 0.5) and uplink["verdict"] == "inconclusive"
+    assert math.isnan(uplink["seeds_to_resolve"])          # no number of seeds moves a mean that sits on it
+
+
+def test_crossover_per_seed_then_aggregated(seeded):
+    cross = seeded[2]
+    row = cross[cross["variant"] == "hilo_spar"].iloc[0]
+    per_seed = [crossover([100, 1000], [SEEDED_SPEEDUP[100][i], SEEDED_SPEEDUP[1000][i]]) for i in range(len(SEEDS))]
+    assert all(100 < x < 1000 for x in per_seed)
+    assert row["crossover_mbit"] == pytest.approx(np.mean(per_seed)) and row["n_seeds"] == 5
+    assert row["ci_low"] == pytest.approx(t_interval(per_seed)[0]) and row["sides"] == "crosses"
+
+
+def test_runs_under_load_are_counted(seeded):
+    assert _hilo(seeded[0], "hilo_spar", 10)["loaded_runs"] == 1
+    assert _hilo(seeded[0], "hilo_spar", 100)["loaded_runs"] == 0
+    runs = seeded[0].hilo_runs
+    loaded = runs[runs["loaded"].fillna(False).astype(bool)]
+    assert list(zip(loaded["variant"], loaded["seed"], loaded["rate_mbit"])) == [("hilo_spar", 4, 10.0)]
