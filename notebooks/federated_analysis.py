@@ -28,7 +28,7 @@
 # %%
 from harness.report import build_tables, collect
 from harness.report import plots as P
-from harness.report.claims import as_frame, spra_claims
+from harness.report.claims import SPECS, claims_frame
 from harness.report.metrics import federated_curves
 from harness.report.notebook import results_dir, show, show_figures
 
@@ -49,7 +49,8 @@ show(tables.spra[cols] if len(tables.spra) else tables.spra, "spra.csv")
 # ## The claims: uplink and compute halved, better accuracy with heterogeneous ranks
 
 # %%
-show(as_frame(spra_claims(tables.spra)), "claims (empty: no SPRA run with a FedIT baseline)")
+show(claims_frame(tables, [c for c in SPECS if c.method == "SPRA-LoRA"]),
+     "claims: estimate, 95% t-interval over seeds, verdict (empty: no SPRA run with a FedIT baseline)")
 
 # %% [markdown]
 # ## Where client time goes: forward vs backward per round

@@ -30,7 +30,7 @@ import pandas as pd
 
 from harness.report import build_tables, collect
 from harness.report import plots as P
-from harness.report.claims import as_frame, hilo_claims
+from harness.report.claims import SPECS, claims_frame, crossover_frame
 from harness.report.metrics import onpolicy_curves
 from harness.report.notebook import results_dir, show, show_figures
 
@@ -58,7 +58,9 @@ show(tables.hilo[headline] if len(tables.hilo) else tables.hilo, "hilo.csv")
 # ## The claims: <= 1.6% of the bytes, >= 2.2x update speedup, quality within 2%
 
 # %%
-show(as_frame(hilo_claims(tables.hilo)), "claims (empty: no HiLo + Spar run with a full-sync baseline)")
+show(claims_frame(tables, [c for c in SPECS if c.method == "HiLo"]),
+     "claims: estimate, 95% t-interval over seeds, verdict (empty: no HiLo + Spar run with a full-sync baseline)")
+show(crossover_frame(tables), "crossover: link rate where speedup = 1, per seed then aggregated")
 
 # %% [markdown]
 # ## Rate x rank sweep (speedup and bytes fraction per grid point)
@@ -76,6 +78,7 @@ if len(tables.sweep):
 log = P.PlotLog()
 curves = onpolicy_curves(coll.rows)
 out = RESULTS / "plots"
+P.plot_frontier(tables.hilo, out, log)
 P.plot_quality_vs_bytes(curves, out, log)
 P.plot_quality_vs_time(curves, out, log)
 P.plot_speedup_vs_rate(tables.hilo, out, log)

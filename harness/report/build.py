@@ -27,6 +27,7 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
         ("quality vs bytes", lambda: P.plot_quality_vs_bytes(op, plots_dir, log)),
         ("quality vs time", lambda: P.plot_quality_vs_time(op, plots_dir, log)),
         ("speedup vs rate", lambda: P.plot_speedup_vs_rate(tables.hilo, plots_dir, log)),
+        ("frontier", lambda: P.plot_frontier(tables.hilo, plots_dir, log)),
         ("bytes vs rank", lambda: P.plot_bytes_vs_rank(tables.hilo, plots_dir, log)),
         ("spar ranks", lambda: P.plot_spar_ranks(coll.rows, plots_dir, log)),
         ("federated vs rounds", lambda: P.plot_federated_rounds(fed, plots_dir, log)),
@@ -38,7 +39,7 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
     return log
 
 
-KINDS = ("quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "bytes_vs_rank", "spar_ranks",
+KINDS = ("quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "frontier", "bytes_vs_rank", "spar_ranks",
          "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "snr_vs_rank")
 
 

@@ -12,6 +12,7 @@ from typing import Callable
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, PercentFormatter
 
+from harness.report.stats import summarize
 from harness.report.style import METHOD_ORDER, series_styles
 
 QUALITY_LABELS = {"accuracy": "Held-out accuracy", "reward": "Mean reward"}
@@ -76,21 +77,35 @@ def in_order(frame: pd.DataFrame):
 
 
 def seed_mean(curve: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
-    """Mean x and y, and min/max y, over seeds at each step where y was evaluated."""
+    """Mean x and y over seeds at each step where y was evaluated, and y's 95% t-interval (NaN for one seed)."""
     pts = curve.dropna(subset=[y])
-    return pts.groupby("step").agg(x=(x, "mean"), y=(y, "mean"), lo=(y, "min"), hi=(y, "max")).reset_index()
+    rows = []
+    for step, g in pts.groupby("step"):
+        s = summarize(g[y])
+        rows.append({"step": step, "x": g[x].mean(), "y": s.mean, "lo": s.ci_low, "hi": s.ci_high, "n": s.n})
+    return pd.DataFrame(rows, columns=["step", "x", "y", "lo", "hi", "n"])
 
 
 def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float, styles: dict, positive_x: bool = False) -> None:
-    """One line per series: mean over seeds at each evaluated step, a min-max band when seeds > 1."""
+    """One line per series: mean over seeds at each evaluated step, a 95% t-interval band when seeds > 1."""
     for name, series in in_order(frame):
         st = styles[name]
         pts = seed_mean(series, x, y)
         if positive_x:
             pts = pts[pts["x"] > 0]
         ax.plot(pts["x"] / scale, pts["y"], label=name, markevery=max(1, len(pts) // 6), **st)
-        if series["seed"].nunique() > 1:
+        if series["seed"].nunique() > 1 and pts["lo"].notna().any():
             ax.fill_between(pts["x"] / scale, pts["lo"], pts["hi"], color=st["color"], alpha=0.15, lw=0)
+
+
+def error_bars(frame: pd.DataFrame, column: str, scale: float = 1.0) -> tuple | None:
+    """(below, above) distances to the 95% interval of ``column`` for ``ax.errorbar``; None when no line has n > 1."""
+    lo, hi = f"{column}_ci_low", f"{column}_ci_high"
+    if lo not in frame or not frame[lo].notna().any():
+        return None
+    mean = frame[column] * scale
+    return ((mean - frame[lo] * scale).fillna(0).clip(lower=0).to_numpy(),
+            (frame[hi] * scale - mean).fillna(0).clip(lower=0).to_numpy())
 
 
 def legend(fig, axes: list, extra_ok: int = 3) -> None:

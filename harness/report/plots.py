@@ -3,7 +3,8 @@
 Each ``plot_*`` function takes tidy frames (harness.report.metrics / tables), draws one
 figure per scenario and backend (backends never share an axis), and records what it made
 or why it made nothing in a ``PlotLog``: absent data is a note, not an error. Curves over
-several seeds are their mean with a min-max band. Units: MB = 10^6 bytes, s, Mbit/s.
+several seeds are their mean with a band of the 95% t-interval over seeds; points of
+configuration tables carry error bars of the same interval (harness/report/stats.py) when n > 1. Units: MB = 10^6 bytes, s, Mbit/s.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import pandas as pd
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.ticker import MaxNLocator
 
-from harness.report.figkit import (QUALITY_LABELS, Figure, PlotLog, dodge, draw_series, in_order, legend,
-                                   log_axis, quality_axis, styles_of, with_series, xlabel)
+from harness.report.figkit import (QUALITY_LABELS, Figure, PlotLog, dodge, draw_series, error_bars, in_order,
+                                   legend, log_axis, quality_axis, styles_of, with_series, xlabel)
 from harness.report.style import family, figure, label, save, slug, styled
 
 
@@ -26,7 +27,7 @@ MAX_PANELS = 4
 SERIES_KEYS = ["variant", "method", "compressor", "rank", "ref_rank", "budget_frac"]
 MODULE_ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
-__all__ = ["Figure", "PlotLog", "plot_quality_vs_bytes", "plot_quality_vs_time", "plot_speedup_vs_rate",
+__all__ = ["Figure", "PlotLog", "plot_frontier", "plot_quality_vs_bytes", "plot_quality_vs_time", "plot_speedup_vs_rate",
            "plot_bytes_vs_rank", "plot_spar_ranks", "plot_federated_rounds", "plot_federated_uplink", "plot_snr"]
 
 
@@ -69,7 +70,8 @@ def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x
             legend(fig, axes)
             name = slug(kind, scenario, backend, task)
             caption = (f"{QUALITY_LABELS.get(metric, metric)} vs {what}, task {task}; scenario {scenario}, "
-                       f"backend {backend}; one panel per link rate; mean over seeds (band: min-max).")
+                       f"backend {backend}; one panel per link rate; mean over seeds "
+                       f"(band: 95% t-interval; seeds per series: {_seed_counts(group)}).")
             log.made.append(Figure(name, caption, save(fig, out_dir, name)))
 
 
@@ -103,7 +105,8 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
             for ax, ref in zip(axes, refs):
                 for name, series in in_order(group[group["ref_rank"] == ref]):
                     series = series.sort_values("rate_mbit")
-                    ax.plot(series["rate_mbit"], series["speedup"], label=name, **styles[name])
+                    ax.errorbar(series["rate_mbit"], series["speedup"], yerr=error_bars(series, "speedup"),
+                                label=name, capsize=1.5, elinewidth=0.6, **styles[name])
                 ax.axhline(1.0, color="0.4", lw=0.8, ls="--", label="full sync (1×)")
                 log_axis(ax, "x")
                 if len(refs) > 1:
@@ -113,8 +116,57 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
             legend(fig, axes)
             name = slug("speedup_vs_rate", scenario, backend, task)
             caption = (f"End-to-end update speedup over full sync at the same link rate, task {task}; "
-                       f"scenario {scenario}, backend {backend}. Above 1: faster than full sync.")
+                       f"scenario {scenario}, backend {backend}. Above 1: faster than full sync. Per-seed "
+                       "speedups (paired runs), mean with 95% t-interval error bars; seeds per point: "
+                       f"{', '.join(sorted(set(str(int(n)) for n in group['seeds'])))}.")
             log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+
+
+def _seed_counts(curves: pd.DataFrame) -> str:
+    """The number of seeds each series of a figure rests on, e.g. '5' or '3-5'."""
+    counts = curves.groupby("series")["seed"].nunique() if "series" in curves else pd.Series(dtype=int)
+    return "-" if counts.empty else (f"{counts.min()}" if counts.min() == counts.max()
+                                     else f"{counts.min()}-{counts.max()}")
+
+
+def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    """Quality vs bytes per update (% of full sync, log x) over compression budgets, one line per compressor.
+
+    One point per configuration at the scenario's slowest link (quality does not depend on
+    the rate), at the scenario's training rank except low-rank training (its own ranks);
+    error bars: the 95% t-interval of the final quality over seeds.
+    """
+    data = hilo[hilo["bytes_frac"].notna() & hilo["quality"].notna()] if len(hilo) else hilo
+    if data.empty or not (data["budget_frac"].notna()).any():
+        log.skip("frontier", "no compressed configuration with a full-sync baseline")
+        return
+    for (scenario, backend, task), group in data.groupby(["scenario", "backend", "task"], sort=True):
+        group = group[group["rate_mbit"] == group["rate_mbit"].min()] if group["rate_mbit"].notna().any() else group
+        for ref, g in group.groupby("ref_rank"):
+            g = g[(g["rank"] == g["ref_rank"]) | (g["method"] == "lowrank")]
+            g = with_series(g.assign(variant=g["variant"]), ["method", "compressor"],
+                            lambda r: label(r.method, r.compressor), _onpolicy_family)
+            styles, metric = styles_of(g), g["quality_metric"].iloc[0]
+            with styled():
+                fig, (ax,) = figure(1, height=2.6)
+                for name, series in in_order(g):
+                    series = series.sort_values("bytes_frac")
+                    ax.errorbar(100 * series["bytes_frac"], series["quality"], yerr=error_bars(series, "quality"),
+                                label=name, capsize=1.5, elinewidth=0.6, **styles[name])
+                log_axis(ax, "x")
+                ax.set_xlabel("Bytes per update (% of full sync)")
+                quality_axis(ax, metric)
+                legend(fig, [ax], extra_ok=0)
+                budgets = sorted(g["budget_frac"].dropna().unique())
+                name = slug("frontier", scenario, backend, task, f"r{int(ref)}" if group["ref_rank"].nunique() > 1
+                            else None)
+                caption = (f"Quality-vs-bytes frontier: final {QUALITY_LABELS.get(metric, metric).lower()} vs bytes "
+                           f"per update, budgets {', '.join(f'{b:.1%}' for b in budgets)} per compressor, low-rank "
+                           f"training at its ranks, full sync at 100%; training rank {int(ref)}, "
+                           f"{g['rate_mbit'].min():g} Mbit/s; task {task}, scenario {scenario}, backend {backend}. "
+                           "Error bars: 95% t-interval over seeds (seeds per point: "
+                           f"{', '.join(sorted(set(str(int(n)) for n in g['seeds'])))}).")
+                log.made.append(Figure(name, caption, save(fig, out_dir, name)))
 
 
 def _bytes_text(budgets: int):
@@ -274,7 +326,8 @@ def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str
             name = slug(kind, scenario, backend)
             ranks = ", ".join(sorted(set(group["ranks"].astype(str))))
             caption = (f"Federated held-out accuracy vs {what}; client ranks {ranks}; scenario {scenario}, "
-                       f"backend {backend}; mean over seeds.")
+                       f"backend {backend}; mean over seeds (band: 95% t-interval; seeds per series: "
+                       f"{_seed_counts(group)}).")
             log.made.append(Figure(name, caption, save(fig, out_dir, name)))
 
 
