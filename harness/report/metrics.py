@@ -1,8 +1,9 @@
 """Derived metrics: from tidy rows to one line per configuration, compared with its baseline.
 
-Every metric is first computed per run, then averaged (mean) over the runs of one
-configuration (same keys but seed); ``seeds`` counts them and ``quality_std`` is the
-spread of the final quality over seeds (0 with one seed). Units: bytes, seconds, Mbit/s.
+Every metric is first computed per run; ratios to the baseline are formed per seed on the
+baseline's run of the same seed; then each configuration (same keys but seed) is summarised
+over seeds with mean, sd, n and 95% t-interval (harness/report/aggregate.py, stats.py).
+Units: bytes, seconds, Mbit/s.
 
 On-policy (learner rows, ``role == "learner"``):
 
@@ -25,8 +26,9 @@ On-policy (learner rows, ``role == "learner"``):
 - ``quality``: the task's quality at the last evaluation, ``QUALITY_METRIC[task]``: final
   held-out accuracy for ``distill`` and ``reward`` (and the federated task); the metric used
   is named in ``quality_metric``. ``quality_retained = quality / quality(full sync)``.
-- ``time_to_target_s`` [s]: cumulative learner ``update_s`` up to the first evaluation whose
-  quality reaches ``TARGET_FRACTION`` x full sync's final quality (NaN: never reached).
+- ``time_to_target_s`` [s]: cumulative learner ``update_s`` at which quality reaches
+  ``TARGET_FRACTION`` x the same seed's full-sync final quality, linear in time between
+  evaluations (NaN: never reached). ``continuous``: the task's ``CONTINUOUS_METRIC`` at the end.
 - ``wire_efficiency``: ideal over measured downlink time,
   ``sum(bytes_per_update_t * 8 / rate_bps) / sum(transfer_down_s_t)`` (``transfer_s`` when the
   split is absent); 1.0 means the payload crossed at the configured link rate, lower means
@@ -257,7 +259,6 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=ONPOLICY_KEYS + ["seed", "run_id"])
     frame = pd.DataFrame(per_run)
     base = pair_with_baseline(frame, ONPOLICY_KEYS, _choose_full_sync)
-    has = base >= 0
     frame["baseline_variant"] = [frame.at[b, "variant"] if b >= 0 else "" for b in base]
     frame["baseline_dtype"] = [frame.at[b, "sync_dtype"] if b >= 0 else "" for b in base]
     frame["bytes_frac"] = paired_column(frame, base, "bytes_per_update")
@@ -265,7 +266,6 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
     frame["quality_retained"] = paired_column(frame, base, "quality")
     frame["time_to_target_s"] = [time_to_target(curves[r], TARGET_FRACTION * frame.at[b, "quality"]) if b >= 0
                                  else np.nan for r, b in zip(frame["run_id"], base)]
-    frame.loc[~has, "time_to_target_s"] = np.nan
     return frame
 
 

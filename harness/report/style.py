@@ -36,23 +36,24 @@ STYLE = {
 FAMILY_COLOURS = {   # Okabe-Ito
     "full_sync": "#000000", "lowrank": "#56B4E9", "delta": "#009E73", "hilo": "#D55E00",
     "hilo+spar": "#D55E00", "hilo+powersgd": "#0072B2", "hilo+topk": "#E69F00", "hilo+randk": "#CC79A7",
-    "hilo+quant": "#999999", "hilo+identity": "#7F3C00",
+    "hilo+quant": "#999999", "hilo+identity": "#7F3C00", "patch": "#F0E442",
     "fedit": "#000000", "ffa": "#0072B2", "spra": "#D55E00", "flora": "#009E73",
     "hetlora": "#E69F00", "flexlora": "#CC79A7",
 }
 FAMILY_MARKERS = {
     "full_sync": "o", "lowrank": "s", "delta": "^", "hilo": "D", "hilo+spar": "D", "hilo+powersgd": "v",
-    "hilo+topk": "P", "hilo+randk": "X", "hilo+quant": "h", "hilo+identity": "*",
+    "hilo+topk": "P", "hilo+randk": "X", "hilo+quant": "h", "hilo+identity": "*", "patch": "<",
     "fedit": "o", "ffa": "s", "spra": "D", "flora": "^", "hetlora": "v", "flexlora": "P",
 }
 SPARE_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#999999"]
 SPARE_MARKERS = ["<", ">", "p", "8", "H", "d"]
 LINESTYLES = ["-", "--", ":", "-."]
-ORDER = ["full_sync", "lowrank", "delta", "hilo", "fedit", "ffa", "flora", "hetlora", "flexlora", "spra"]
+ORDER = ["full_sync", "lowrank", "delta", "patch", "hilo", "fedit", "ffa", "flora", "hetlora", "flexlora", "spra"]
 METHOD_ORDER = {m: i for i, m in enumerate(ORDER)}   # baselines first, the method under test last
 COMPRESSOR_NAMES = {"spar": "Spar", "powersgd": "PowerSGD", "topk": "top-k", "randk": "random-k",
                     "quant": "int8", "identity": "identity"}
-METHOD_NAMES = {"full_sync": "full sync", "lowrank": "low-rank", "delta": "delta", "hilo": "HiLo",
+METHOD_NAMES = {"full_sync": "full sync", "lowrank": "low-rank", "delta": "delta", "patch": "patch sync",
+                "hilo": "HiLo",
                 "spra": "SPRA", "ffa": "FFA-LoRA", "fedit": "FedIT", "flora": "FLoRA",
                 "hetlora": "HetLoRA", "flexlora": "FlexLoRA"}
 

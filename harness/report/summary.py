@@ -229,7 +229,8 @@ def hilo_section(coll: Collection, tables: Tables) -> list[str]:
                 "95% t half-width (n = seeds); ⚠ = runs measured under load.", ""]
         t = t.assign(flag=[f"{int(k)} ⚠" if k else "" for k in t["loaded_runs"].fillna(0)])
         out.append(markdown_table(t, [
-            ("task", "task", str), ("method", "name", str), ("rank", "rank", lambda v: fmt_num(v, 4)),
+            ("task", "task", str), ("method", "name", str), ("variant", "variant", str),
+            ("rank", "rank", lambda v: fmt_num(v, 4)),
             ("rate (Mbit/s)", "rate_mbit", fmt_rate), ("bytes/update", "bytes_per_update", fmt_bytes),
             ("% of full sync", "*", stat("bytes_frac", "{:.2f}", "%", 100)), ("update (s)", "*", stat("update_s")),
             ("speedup", "*", stat("speedup", "{:.2f}", "×")), (metric, "*", stat("quality")),

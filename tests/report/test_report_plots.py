@@ -10,7 +10,7 @@ from harness.report.figkit import dodge
 from harness.report.plots import short_matrix_name
 from report_synthetic import ONPOLICY, write_federated, write_onpolicy, FEDERATED
 
-KINDS = ["quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "bytes_vs_rank", "spar_ranks",
+KINDS = ["quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "frontier", "bytes_vs_rank", "spar_ranks",
          "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "snr_vs_rank"]
 
 
