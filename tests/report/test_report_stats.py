@@ -185,3 +185,19 @@ def test_runs_under_load_are_counted(seeded):
     runs = seeded[0].hilo_runs
     loaded = runs[runs["loaded"].fillna(False).astype(bool)]
     assert list(zip(loaded["variant"], loaded["seed"], loaded["rate_mbit"])) == [("hilo_spar", 4, 10.0)]
+
+
+def test_load_and_base_flags_from_run_json(tmp_path):
+    from harness.report.collect import Run
+    from report_synthetic import IDLE, LOADED
+
+    def run(meta):
+        return Run(tmp_path, "s", "r", "ok", "", meta, pd.DataFrame())
+    assert run({"load": LOADED}).load() == (True, "loadavg 3.50 at start > 0.5 x 2 CPUs")
+    assert run({"load": IDLE}).load() == (False, "")
+    busy = {**IDLE, "roles_cpu_s": 50.0}                  # 50 s of CPU in 20 s on 2 CPUs
+    assert run({"load": busy}).load()[0] is True
+    assert run({}).load() == (None, "")                   # not recorded: unknown, not idle
+    bases = {"student": {"sha256": "ab" * 32, "reference": True}, "teacher": {"sha256": "cd" * 32, "reference": False}}
+    rebuilt, text = run({"bases": bases}).bases()
+    assert rebuilt and text == "student:abababababab,teacher:cdcdcdcdcdcd(rebuilt)"
