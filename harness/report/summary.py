@@ -78,7 +78,8 @@ def stat(column: str, fmt: str = "{:.3f}", unit: str = "", scale: float = 1.0) -
     return text
 
 
-FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit/s", 1.0)}
+FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit/s", 1.0),
+           "bytes_frac": ("{:.4f}", "%", 100.0)}   # bytes sit just under or over a budget: show the digits
 
 
 def claim_value(statistic: str, v: float) -> str:
