@@ -28,6 +28,7 @@ squared norm of the matrices kept before rounding), dense (number of tensors shi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,8 +59,7 @@ def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(m, n) for a tensor compressed as a matrix, None for one shipped dense."""
     if len(shape) < 2:
         return None
-    m = shape[0]
-    return m, int(np.prod(shape[1:]))
+    return shape[0], math.prod(shape[1:])
 
 
 def spectra(mats: torch.Tensor, method: str = "gram") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
