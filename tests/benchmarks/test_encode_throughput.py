@@ -9,8 +9,9 @@ Shape sets (LoRA r=64 on q,k,v,o,gate,up,down of a Llama-style model):
          branch wide's preset was not there): each matrix a rank-8 signal with decaying
          singular values plus 1% Gaussian noise, seeded. The spectrum decides spar's ranks,
          so the figure at this set is labelled synthetic.
-Throughput: MB/s of fp32 gradient encoded (4 bytes x elements / median encode seconds), one
-torch thread (the machine is shared; more threads than free cores make timings swing),
+Throughput: MB/s of fp32 gradient encoded (4 bytes x elements / median encode CPU seconds of
+the process, i.e. per core), one torch thread (the machine is shared: CPU time, unlike wall
+time, does not count the time other processes held the core),
 encode only (the error-feedback decode is the same for every compressor). Budget 1.6% of the
 adapter's bf16 bytes, header included. extra_info: MB/s, err_1 (||g - C(g)|| / ||g||, single
 step) and bytes, so "same budget, same error" can be checked beside the speed. Nothing about
@@ -67,9 +68,9 @@ def throughput(name: str, grads: list[dict[str, torch.Tensor]], repeats: int = 3
     seconds, errors, sizes = [], [], []
     for step, g in enumerate(grads):
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             payload = comp.encode(g, step + 1)
-            seconds.append(time.perf_counter() - t0)
+            seconds.append(time.process_time() - t0)
         decoded = comp.decode(Payload.from_bytes(payload.to_bytes()))
         num = sum(float((g[n] - decoded[n]).square().sum()) for n in g)
         den = sum(float(t.square().sum()) for t in g.values())
