@@ -19,6 +19,7 @@ speed is asserted; each case asserts the budget holds.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -54,7 +55,9 @@ def wide_gradients(steps: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     return out
 
 
+@functools.lru_cache(maxsize=3)
 def gradients(shape_set: str, steps: int) -> list[dict[str, torch.Tensor]]:
+    """The gradients of one shape set (cached: every compressor gets the same ones; do not modify)."""
     if shape_set == "wide":
         return wide_gradients(steps)
     return bench.lora_gradients(steps=steps, warmup=3, **SHAPES[shape_set])
