@@ -2,7 +2,16 @@
 
 Every message is a fixed 48-byte header (int64 x 6: magic, payload length, the sender's
 wall-clock start in ns, message index on this (src, dst) pair, chunk size, the sender's
-ideal time in ns) followed by the payload as uint8 tensors. ``Transfer.nbytes`` is exactly
+ideal time in ns) followed by the payload as uint8 tensors. The header and the payload's
+first ``EAGER_BYTES`` (64 KiB; on the userspace backend at most one pacing chunk) travel as
+ONE gloo message, which the receiver takes into a buffer of header + 64 KiB posted before
+it knows the length (gloo delivers a message into a larger posted buffer; only the bytes
+sent cross the wire); the rest follows in further messages once the header has told the
+receiver how long the payload is. Why: gloo's TCP pair sends nothing before the receiver
+has posted a matching receive (the receiver notifies the sender, a round trip), so a
+header and a payload as two messages cost two rendezvous and three process wake-ups; a
+small payload (a HiLo update, an ack, a verdict) now costs one. Measured by
+tests/benchmarks/test_small_message.py. ``Transfer.nbytes`` is exactly
 ``len(data)``; the header, gloo's framing and TCP/IP are wire overhead (see the interface
 counters for wire bytes).
 
@@ -52,6 +61,7 @@ BACKENDS = ("netem", "tc", "userspace", "model")
 MAGIC = 0x6E62_7764           # "nbwd"
 HEADER_WORDS = 6
 HEADER_BYTES = HEADER_WORDS * 8
+EAGER_BYTES = 64 << 10        # payload bytes that ride in the header's message (see module docstring)
 
 
 class TransportError(RuntimeError):
@@ -206,10 +216,14 @@ class Channel:
         index = self._sent[dst]
         self._sent[dst] += 1
         chunk = chunk_bytes(self.links.path_rate_bps(self.rank, dst)) if self._pace else 0
+        eager = min(nbytes, EAGER_BYTES, chunk or EAGER_BYTES)
         header = torch.tensor([MAGIC, nbytes, time.time_ns(), index, chunk, int(ideal_s * 1e9)], dtype=torch.int64)
-        self._wait(self._wire.isend(header, dst), self.wait_s, f"sending header #{index} to rank {dst}")
+        first = torch.cat([header.view(torch.uint8), tensor[:eager]])
+        if self._up is not None and eager:
+            self._up.take(framed_bytes(eager))
+        self._wait(self._wire.isend(first, dst), self.wait_s, f"sending message #{index} to rank {dst}")
         deadline = time.monotonic() + self._payload_timeout_s(self.rank, dst, nbytes)
-        for offset in range(0, nbytes, chunk or max(nbytes, 1)):
+        for offset in range(eager, nbytes, chunk or max(nbytes, 1)):
             piece = tensor[offset:offset + (chunk or nbytes)]
             if self._up is not None:
                 self._up.take(framed_bytes(piece.numel()))
@@ -221,18 +235,23 @@ class Channel:
 
     def _recv_one(self, src: int, tag: str) -> tuple[bytes, Transfer]:
         posted = time.time()
-        header = torch.zeros(HEADER_WORDS, dtype=torch.int64)
+        first = torch.empty(HEADER_BYTES + EAGER_BYTES, dtype=torch.uint8)
         expected = self._received[src]
-        self._wait(self._wire.irecv(header, src), self.wait_s,
+        self._wait(self._wire.irecv(first, src), self.wait_s,
                    f"waiting for message #{expected} from rank {src}")
+        header = first[:HEADER_BYTES].view(torch.int64)
         magic, nbytes, sent_ns, index, chunk, ideal_ns = header.tolist()
         if magic != MAGIC or index != expected:
             raise TransportError(f"rank {self.rank}: protocol mismatch from rank {src}: header {header.tolist()}, "
                                  f"expected magic {MAGIC} and message #{expected}")
         self._received[src] += 1
+        eager = min(nbytes, EAGER_BYTES, chunk or EAGER_BYTES)
         buffer = torch.empty(nbytes, dtype=torch.uint8)
+        buffer[:eager] = first[HEADER_BYTES:HEADER_BYTES + eager]
+        if self._down is not None and eager:
+            self._down.take(framed_bytes(eager))
         deadline = time.monotonic() + self._payload_timeout_s(src, self.rank, nbytes)
-        for offset in range(0, nbytes, chunk or max(nbytes, 1)):
+        for offset in range(eager, nbytes, chunk or max(nbytes, 1)):
             piece = buffer[offset:offset + (chunk or nbytes)]
             if self._down is not None:
                 self._down.take(framed_bytes(piece.numel()))

@@ -63,14 +63,17 @@ def allocate_greedy(energies: list[np.ndarray], costs: list[int], budget: int) -
     for i in mat[order[:prefix]]:
         ranks[int(i)] += 1
     left = budget - (int(spent[prefix - 1]) if prefix else 0)
+    cheapest = int(cost.min()) if len(cost) else 0
     dropped = set()
-    for j in order[prefix:]:                             # tail fill: skip what no longer fits
-        i = int(mat[j])
+    tail = order[prefix:]
+    for i, c, p in zip(mat[tail].tolist(), cost[tail].tolist(), pos[tail].tolist()):  # tail fill
+        if left < cheapest:                              # nothing fits any more: the rest is skipped
+            break
         if i in dropped:
             continue
-        if cost[j] <= left and pos[j] == ranks[i]:
+        if c <= left and p == ranks[i]:
             ranks[i] += 1
-            left -= int(cost[j])
+            left -= c
         else:
             dropped.add(i)
     return ranks

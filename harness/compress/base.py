@@ -149,9 +149,14 @@ class BaseCompressor:
                                       f"got {getattr(t, 'dtype', type(t).__name__)}")
             if t.numel() == 0:
                 raise CompressorError(f"{self.name}.encode: tensor {name!r} is empty (shape {tuple(t.shape)})")
-            if not bool(torch.isfinite(t).all()):
-                raise CompressorError(f"{self.name}.encode: tensor {name!r} has NaN or inf values")
-        return {n: t.detach() for n, t in tensors.items()}
+        # one batched check: max |x| is finite iff every element is (NaN and inf propagate)
+        detached = [t.detach() for t in tensors.values()]
+        peaks = torch.stack([p.float().cpu() for p in torch._foreach_norm(detached, float("inf"))])
+        bad = (~torch.isfinite(peaks)).nonzero().flatten().tolist()
+        if bad:
+            name = list(tensors)[bad[0]]
+            raise CompressorError(f"{self.name}.encode: tensor {name!r} has NaN or inf values")
+        return dict(zip(tensors, detached))
 
     def _payload(self, entries: list[TensorEntry], records: list, step: int, meta: dict[str, Any],
                  **info: Any) -> Payload:

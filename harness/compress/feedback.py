@@ -11,7 +11,7 @@ and kept in `last_decoded`: a learner steps on it without decoding twice.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -30,6 +30,20 @@ class ErrorFeedback:
 
     def encode(self, tensors: dict[str, torch.Tensor], step: int = 0) -> Payload:
         """Encode input + residual; side effect: `residual` becomes what this payload misses."""
+        payload, finish = self.encode_deferred(tensors, step)
+        finish()
+        return payload
+
+    def encode_deferred(self, tensors: dict[str, torch.Tensor], step: int = 0
+                        ) -> tuple[Payload, Callable[[], dict[str, torch.Tensor]]]:
+        """Encode input + residual now; decode later. Returns (payload, finish).
+
+        ``finish()`` decodes the payload's bytes, makes `residual` what the payload misses,
+        sets `last_decoded` and returns it; it must run before the next encode. It lets a
+        learner put the payload on the wire before its own decode-for-replay (the decode is
+        then off the critical path, overlapping the transfer). ``payload.info`` gets its
+        ``residual_norm`` when ``finish()`` runs.
+        """
         corrected = {}
         for name, t in tensors.items():
             v = t.detach().float()
@@ -37,11 +51,15 @@ class ErrorFeedback:
                 v = v + self.residual[name].to(v.device)
             corrected[name] = v
         payload = self.inner.encode(corrected, step)
-        decoded = self.inner.decode(Payload.from_bytes(payload.to_bytes()))
-        self.residual = {n: v - decoded[n].to(v.device) for n, v in corrected.items()}
-        self.last_decoded = decoded
-        payload.info["residual_norm"] = sum(float(r.double().square().sum()) for r in self.residual.values()) ** 0.5
-        return payload
+
+        def finish() -> dict[str, torch.Tensor]:
+            decoded = self.inner.decode(Payload.from_bytes(payload.to_bytes()))
+            self.residual = {n: v - decoded[n].to(v.device) for n, v in corrected.items()}
+            self.last_decoded = decoded
+            payload.info["residual_norm"] = sum(float(r.double().square().sum())
+                                                for r in self.residual.values()) ** 0.5
+            return decoded
+        return payload, finish
 
     def decode(self, payload: Payload) -> dict[str, torch.Tensor]:
         return self.inner.decode(payload)

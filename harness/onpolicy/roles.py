@@ -2,28 +2,58 @@
 
 Each update t (every rank starts it together, after a barrier):
 
-    workers  rollouts_t = task.rollout(policy_t, their shard of the prompts, seeded)  -> gather up
-    learner  loss = task.loss(policy, rollouts); loss.backward(); clip to onpolicy.clip_norm
-             update = sync.step(t): the learner's optimizer step + the method's payload
-                                                                                      -> broadcast down
-    workers  sync.apply(payload, t); ack (apply time, receive time, checksum when due) -> gather up
-    learner  verification due: compare checksums, scatter a full resync to any worker that differs
+    workers  rollouts_t = task.rollout(policy_t, their shard of the prompts, seeded)
+             (+ the checksum of their state after update t-1, hashed during this rollout)
+                                                                                      -> gather up
+    learner  compare those checksums with its own (of the state after t-1); any differ: a
+             resync is due (its full state after t-1, taken now, before it steps)
+             loss = task.loss(policy, rollouts); loss.backward(); clip to onpolicy.clip_norm
+             update = sync.step(t): the method's payload (hilo: encode only)
+             -> broadcast down: 1 flag byte (a resync follows) + payload
+             -> only when a resync is due: scatter the resync to the workers that differ
+                (and one byte "ok" to the others)
+             hilo: the learner's own decode + optimizer step (replay) now, while the payload
+             is on the wire and the workers apply it
+    workers  (load the resync, if theirs) sync.apply(payload, t); ack (apply time, receive
+             time)                                                                   -> gather up
+             start hashing the state after t in a thread (verification due at t) while the
+             next update's rollout runs
+
+Verification is off the critical path: a worker's checksum rides on its next uplink message
+and is hashed concurrently with its next rollout; the learner hashes its own state as
+housekeeping (outside the timed window, where it would overlap the workers' rollouts in a
+deployment); there is no verdict message unless a resync is due. A drift in the state after
+update t is detected at the start of update t+1 and repaired before update t+1 is applied;
+the checksum of the last update is compared after the loop (housekeeping, outside any
+window), and a repair there is recorded in the last row. Rows are written once their state's
+verdict is known, so row t's ``in_sync`` is about the state after update t, while
+``resync_bytes`` / ``resynced_workers`` and the repair's transfer time are in the row of the
+update whose window carried the repair (t+1).
 
 Only that window is timed, so the learner's housekeeping (evaluation every
-``onpolicy.eval_every`` updates, the policy-mismatch diagnostic, writing rows) never counts as
-update time. Learner rows (seconds; bytes summed over every worker's link):
+``onpolicy.eval_every`` updates, the policy-mismatch diagnostic, its checksum, writing rows)
+never counts as update time. Learner rows (seconds; bytes summed over every worker's link):
   rollout_s        slowest worker's generation
   transfer_up_s    slowest rollout upload (receiver-side transfer time)
-  learn_s          loss forward + backward + clipping + the learner's optimizer step
-  encode_s         compress + decode-for-replay (hilo, delta); packing (full_sync)
+  learn_s          loss forward + backward + clipping (+ the optimizer step where the payload
+                   needs the stepped state: full sync, delta)
+  encode_s         compress (hilo, delta; delta also decodes for its view); packing (full_sync)
+  replay_s         hilo: the learner's decode + optimizer step, run after the payload is sent
+                   (overlaps the downlink and the workers' apply; 0 for other methods)
   transfer_down_s  slowest payload download (receiver side) + the resync scatter, if any
-  apply_s          slowest worker's decode + apply (+ its checksum when verification is due)
+  apply_s          slowest worker's decode + apply
   ack_s            slowest acknowledgement upload (receiver side)
   update_s         the whole window, wall clock at the learner (``update_wall_s``); on the
                    ``model`` backend, where transfers are modelled and not paced, the sum of
-                   the parts above (rollout .. ack) with the modelled transfer times
+                   the serial parts (rollout, transfer_up, learn, encode, transfer_down,
+                   apply, ack) with the modelled transfer times
+  bound_s          the ideal update: rollout_s + ideal_up_s + learn_s + ideal_down_s (the
+                   ideals are bytes*8/rate + latency of the slowest flow): what the update
+                   would take if encoding, applying, acknowledging and the harness cost
+                   nothing. Efficiency = bound_s / update_s (the report's to draw).
   payload_bytes_*  exact payload bytes; wire_bytes_* the learner's interface counters
-  in_sync          every worker's checksum matched (None when not verified this step)
+  in_sync          every worker's checksum of the state after this update matched (None when
+                   not verified)
 Every row also has loss, the task's other loss metrics on the update's rollouts as
 ``train_<name>`` (train_reverse_kl, train_reward, ...), policy_kl (``onpolicy.policy_kl``)
 and, when evaluated, the task's evaluate() metrics on held-out prompts (accuracy, and
@@ -39,9 +69,10 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -139,16 +170,22 @@ def _verify(ctx, s: Setup, checksums: dict[int, str], tag: str) -> Verdict:
 
 def run_learner(ctx, s: Setup) -> None:
     op = s.cfg["onpolicy"]
-    steps = int(op["steps"])
+    steps, every = int(op["steps"]), int(s.cfg["method"].get("verify_every", 1))
     acks, _ = ctx.channel.gather(None, "verify/init")
     init = _verify(ctx, s, {r: unframe(a)[0]["checksum"] for r, a in acks.items()}, "resync/init")
     if not init.in_sync:
         print(f"[onpolicy] {init.resynced} workers' initial adapters differed from the learner's: resynced",
               flush=True)
+    held: tuple[int, dict] | None = None      # the last row, written once its verdict is known
+    expected: str | None = None               # the learner's checksum of the state after the last verified update
     for step in range(steps):
         ctx.channel.barrier()
-        row, rollouts = learner_update(ctx, s, step)
-        # housekeeping, outside the timed window
+        row, rollouts, prior_in_sync = learner_update(ctx, s, step, expected)
+        if held is not None:
+            held[1]["in_sync"] = prior_in_sync
+            ctx.recorder.row(held[0], **held[1])
+        # housekeeping, outside the timed window (the checksum first: policy_kl swaps params)
+        expected = s.sync.expected_checksum() if verify_due(step, every) else None
         if step == 0:
             row["init_in_sync"] = init.in_sync
         if op.get("policy_kl", True):
@@ -157,8 +194,15 @@ def run_learner(ctx, s: Setup) -> None:
             t0 = _now()
             row.update(evaluate(s, last=step == steps - 1))
             row["eval_s"] = _now() - t0
-        ctx.recorder.row(step, **row)
+        held = (step, row)
         ctx.heartbeat(step)
+    if held is not None:
+        if expected is not None:           # the last update's state: compared after the loop
+            acks, _ = ctx.channel.gather(None, "verify/final")
+            final = _verify(ctx, s, {r: unframe(a)[0]["checksum"] for r, a in acks.items()}, "resync/final")
+            held[1].update(in_sync=final.in_sync, resynced_workers=held[1]["resynced_workers"] + final.resynced,
+                           resync_bytes=held[1]["resync_bytes"] + final.resync_bytes)
+        ctx.recorder.row(held[0], **held[1])
 
 
 def evaluate(s: Setup, last: bool) -> dict[str, float]:
@@ -175,8 +219,10 @@ def evaluate(s: Setup, last: bool) -> dict[str, float]:
     return out
 
 
-def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
-    """One timed update at the learner: (its row, the rollouts it learned from)."""
+def learner_update(ctx, s: Setup, step: int, expected: str | None = None
+                   ) -> tuple[dict[str, Any], Any, bool | None]:
+    """One timed update at the learner: (its row, the rollouts it learned from, whether the
+    workers' states after the previous update matched ``expected``: None if not verified)."""
     from harness.tasks import Rollouts
 
     ch, op = ctx.channel, s.cfg["onpolicy"]
@@ -184,19 +230,30 @@ def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
     parts, ups = ch.gather(None, f"rollouts/{step}")
     t1 = _now()
     metas = {r: unframe(parts[r]) for r in sorted(parts)}
+    checks = {r: meta["checksum"] for r, (meta, _) in metas.items() if "checksum" in meta}
+    bad = sorted(r for r, c in checks.items() if c != expected)
+    resync = _RESYNC + s.sync.resync_payload() if bad else b""     # the state after the previous update
     rollouts = Rollouts.cat([Rollouts.from_bytes(body) for _, body in metas.values()])
     s.policy.train()
     loss, metrics = s.task.loss(s.policy, rollouts)
     loss.backward()
     grad_norm = _clip(s, float(op.get("clip_norm", 0.0)))
     t2 = _now()
-    update = s.sync.step(step)
-    _, downs = ch.broadcast(update.payload, f"update/{step}")
+    update = s.sync.step(step, defer=True)
+    message = (_RESYNC if bad else _OK) + update.payload
+    _, downs = ch.broadcast(message, f"update/{step}")
+    resync_s, verdict_bytes = 0.0, 0
+    if bad:
+        verdicts = {r: resync if r in bad else _OK for r in checks}
+        tr = _now()
+        _, transfers = ch.scatter(verdicts, f"resync/{step}")
+        resync_s = _now() - tr
+        if getattr(ctx, "backend", "") == "model":        # unpaced there: take the modelled times
+            resync_s = max(t.seconds for t in transfers)
+        verdict_bytes = sum(map(len, verdicts.values()))
+    decode_s, replay_step_s = update.replay() if update.replay is not None else (0.0, 0.0)
     raw, ack_transfers = ch.gather(None, f"ack/{step}")
     acks = {r: unframe(a)[0] for r, a in raw.items()}
-    verdict = None
-    if verify_due(step, int(s.cfg["method"].get("verify_every", 1))):
-        verdict = _verify(ctx, s, {r: a["checksum"] for r, a in acks.items()}, f"resync/{step}")
     t3 = _now()
     tx, rx = _delta(wire0, ctx.wire())
     row = dict(
@@ -204,21 +261,22 @@ def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
         **{f"train_{k}": float(v) for k, v in metrics.items() if k != "loss"},
         rollout_s=max(meta["rollout_s"] for meta, _ in metas.values()),
         transfer_up_s=max(t.seconds for t in ups),
-        learn_s=(t2 - t1) + update.step_s, encode_s=update.encode_s,
-        transfer_down_s=max(a["recv_s"] for a in acks.values()) + (verdict.seconds if verdict else 0.0),
+        learn_s=(t2 - t1) + update.step_s, encode_s=update.encode_s, replay_s=decode_s + replay_step_s,
+        transfer_down_s=max(a["recv_s"] for a in acks.values()) + resync_s,
         apply_s=max(a["apply_s"] for a in acks.values()), ack_s=max(t.seconds for t in ack_transfers),
         update_wall_s=t3 - t0,
         ideal_up_s=max(t.ideal_s for t in ups), ideal_down_s=max(t.ideal_s for t in downs),
         payload_bytes_up=sum(map(len, parts.values())) + sum(t.nbytes for t in ack_transfers),
-        payload_bytes_down=len(update.payload) * len(acks) + (verdict.sent_bytes if verdict else 0),
+        payload_bytes_down=len(message) * len(acks) + verdict_bytes,
         update_bytes=len(update.payload), wire_bytes_down=tx, wire_bytes_up=rx,
-        in_sync=verdict.in_sync if verdict else None, resynced_workers=verdict.resynced if verdict else 0,
-        resync_bytes=verdict.resync_bytes if verdict else 0, compressor_info=_info(update.info))
+        verified=bool(checks), resynced_workers=len(bad), resync_bytes=(len(resync) * len(bad)),
+        compressor_info=_info(update.info))
     # the model backend moves bytes unpaced and models their time: its update time is the sum
-    # of the parts with the modelled transfers; every other backend's is the wall clock
+    # of the serial parts with the modelled transfers; every other backend's is the wall clock
     parts_s = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")
     row["update_s"] = sum(row[k] for k in parts_s) if getattr(ctx, "backend", "") == "model" else row["update_wall_s"]
-    return row, rollouts
+    row["bound_s"] = row["rollout_s"] + row["ideal_up_s"] + row["learn_s"] + row["ideal_down_s"]
+    return row, rollouts, (not bad) if checks else None
 
 
 def _clip(s: Setup, max_norm: float) -> float:
@@ -249,6 +307,28 @@ def _short(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- worker
+class Background:
+    """``fn()`` run in a daemon thread; ``result()`` waits for it (and re-raises its error)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self._out: list = []
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="checksum")
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._out.append((True, fn()))
+        except BaseException as err:   # noqa: BLE001 - re-raised by result()
+            self._out.append((False, err))
+
+    def result(self) -> Any:
+        self._thread.join()
+        ok, value = self._out[0]
+        if not ok:
+            raise value
+        return value
+
+
 def run_worker(ctx, s: Setup) -> None:
     op, task_cfg, ch = s.cfg["onpolicy"], s.cfg["task"], ctx.channel
     steps, every = int(op["steps"]), int(s.cfg["method"].get("verify_every", 1))
@@ -256,6 +336,8 @@ def run_worker(ctx, s: Setup) -> None:
     device = next(iter(s.replica.params.values())).device
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
     _apply_verdict(ch, s, "resync/init")
+    hashing: Background | None = None       # checksum of the state after the last verified update
+    held: tuple[int, dict] | None = None    # the last row, written once its verdict is known
     for step in range(steps):
         ch.barrier()
         wire0, t0 = ctx.wire(), _now()
@@ -265,35 +347,47 @@ def run_worker(ctx, s: Setup) -> None:
         s.policy.eval()
         rollouts = s.task.rollout(s.policy, mine, int(task_cfg["samples_per_prompt"]), gen)
         rollout_s = _now() - t0
-        up = frame({"rollout_s": rollout_s}, rollouts.to_bytes())
+        meta: dict[str, Any] = {"rollout_s": rollout_s}
+        if hashing is not None:
+            meta["checksum"] = hashing.result()
+        up = frame(meta, rollouts.to_bytes())
         ch.gather(up, f"rollouts/{step}")
-        payload, (down,) = ch.broadcast(None, f"update/{step}")
+        message, (down,) = ch.broadcast(None, f"update/{step}")
+        in_sync, resync_bytes, verdict_bytes = (True if hashing is not None else None), 0, 0
+        if message[:1] == _RESYNC:                # a resync is due for some worker: the verdict follows
+            in_sync, resync_bytes, verdict_bytes = _apply_verdict(ch, s, f"resync/{step}")
+        if held is not None:
+            held[1]["in_sync"] = in_sync
+            ctx.recorder.row(held[0], **held[1])
         ta = _now()
-        s.sync.apply(payload, step)
+        s.sync.apply(message[1:], step)
         flipped = inject_fault(s, shard, step)
-        ack: dict[str, Any] = {"recv_s": down.seconds}
-        due = verify_due(step, every)
-        if due:
-            ack["checksum"] = s.sync.checksum()
-        ack["apply_s"] = _now() - ta
+        ack: dict[str, Any] = {"recv_s": down.seconds, "apply_s": _now() - ta}
         ack_bytes = frame(ack)
         ch.gather(ack_bytes, f"ack/{step}")
-        in_sync, resync_bytes = (_apply_verdict(ch, s, f"resync/{step}") if due else (None, 0))
+        hashing = Background(s.sync.checksum) if verify_due(step, every) else None
         tx, rx = _delta(wire0, ctx.wire())
         row = dict(rollout_s=rollout_s, transfer_down_s=down.seconds, apply_s=ack["apply_s"],
                    update_s=_now() - t0, payload_bytes_up=len(up) + len(ack_bytes),
-                   payload_bytes_down=len(payload) + (resync_bytes or (1 if due else 0)),
-                   wire_bytes_up=tx, wire_bytes_down=rx, in_sync=in_sync, resync_bytes=resync_bytes)
+                   payload_bytes_down=len(message) + verdict_bytes,
+                   wire_bytes_up=tx, wire_bytes_down=rx, resync_bytes=resync_bytes)
         if flipped:
             row["fault"] = flipped
-        ctx.recorder.row(step, **row)
+        held = (step, row)
         ctx.heartbeat(step)
+    if held is not None:
+        if hashing is not None:             # the last update's state: compared after the loop
+            ch.gather(frame({"checksum": hashing.result()}), "verify/final")
+            in_sync, final_bytes, _ = _apply_verdict(ch, s, "resync/final")
+            held[1].update(in_sync=in_sync, resync_bytes=held[1]["resync_bytes"] + final_bytes)
+        ctx.recorder.row(held[0], **held[1])
 
 
-def _apply_verdict(ch, s: Setup, tag: str) -> tuple[bool, int]:
-    """Receive the learner's verdict; load the resync it carries, if any. (in sync, resync bytes)."""
+def _apply_verdict(ch, s: Setup, tag: str) -> tuple[bool, int, int]:
+    """Receive the learner's verdict; load the resync it carries, if any.
+    (in sync, resync bytes, verdict bytes)."""
     verdict, _ = ch.scatter(None, tag)
     if verdict[:1] == _RESYNC:
         s.sync.load_resync(verdict[1:])
-        return False, len(verdict)
-    return True, 0
+        return False, len(verdict), len(verdict)
+    return True, 0, len(verdict)

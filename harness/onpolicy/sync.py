@@ -39,11 +39,19 @@ METHODS = ("full_sync", "lowrank", "delta", "hilo")
 
 @dataclass
 class Update:
-    """What the learner's step produced: the downlink payload and how long it took."""
+    """What the learner's step produced: the downlink payload and how long it took.
+
+    ``replay``, when not None, is the learner's own decode + optimizer step, deferred so that
+    the payload goes on the wire first (hilo): the caller runs it after handing the payload
+    to the transport and before anything reads the learner's state; it returns its seconds
+    (decode, step). Methods whose payload depends on the stepped state (full sync, delta)
+    step inside ``step()`` and leave it None.
+    """
     payload: bytes
-    step_s: float                 # optimizer step on the learner (seconds)
-    encode_s: float               # compress + decode-for-replay (seconds); 0 for full sync
+    step_s: float                 # optimizer step on the learner before sending (seconds)
+    encode_s: float               # compress (+ decode-for-replay when not deferred) (seconds)
     info: dict[str, Any] = field(default_factory=dict)   # compressor's info (ranks, budget)
+    replay: Callable[[], tuple[float, float]] | None = None
 
 
 def _timer() -> float:
@@ -74,8 +82,9 @@ class LearnerSync:
             raise SyncError("the learner's replica needs an optimizer")
         self.replica = replica
 
-    def step(self, step: int) -> Update:
-        """Apply update ``step`` to the learner (grads are in ``.grad``) and return the payload."""
+    def step(self, step: int, defer: bool = False) -> Update:
+        """Apply update ``step`` to the learner (grads are in ``.grad``) and return the payload.
+        ``defer``: the method may leave its own decode + step to ``Update.replay``."""
         raise NotImplementedError
 
     def worker_view(self) -> dict[str, Tensor] | None:
@@ -105,7 +114,7 @@ class FullSyncLearner(LearnerSync):
         self.dtype = wire_dtype(dtype)
         self.shipped = False      # before the first payload workers hold the shared fp32 init
 
-    def step(self, step: int) -> Update:
+    def step(self, step: int, defer: bool = False) -> Update:
         step_s = self._optimizer_step()
         t0 = _timer()
         payload = pack_flat(self.replica.tensors(), self.dtype)
@@ -137,7 +146,7 @@ class DeltaLearner(LearnerSync):
         self.view = {n: p.detach().clone() for n, p in replica.params.items()}
         self._prev = None if error_feedback else {n: p.detach().clone() for n, p in replica.params.items()}
 
-    def step(self, step: int) -> Update:
+    def step(self, step: int, defer: bool = False) -> Update:
         step_s = self._optimizer_step()
         t0 = _timer()
         base = self.view if self.error_feedback else self._prev
@@ -169,20 +178,37 @@ class HiLoLearner(LearnerSync):
 
         self.compressor = ErrorFeedback(compressor) if error_feedback else compressor
 
-    def step(self, step: int) -> Update:
+    def step(self, step: int, defer: bool = False) -> Update:
+        """Encode the gradient, decode it and step. With ``defer`` the decode + step is left to
+        ``Update.replay`` (run it after the payload is on the wire; the state is unchanged
+        until then)."""
         t0 = _timer()
         grads = {}
         for n, p in self.replica.params.items():
             if p.grad is None:
                 raise SyncError(f"hilo: parameter {n} has no gradient; call loss.backward() first")
             grads[n] = p.grad.detach()
-        data, info = _encode(self.compressor, grads, step)
-        # ErrorFeedback decodes the payload's bytes (what the workers get) to form its residual
-        g_hat = getattr(self.compressor, "last_decoded", None) or _decode(self.compressor, data)
+        deferred = getattr(self.compressor, "encode_deferred", None)
+        if deferred is not None:
+            payload, finish = deferred(grads, step=step)
+        else:
+            payload, finish = self.compressor.encode(grads, step=step), None
+        data = payload.to_bytes()
+        info = payload.info if payload.info is not None else {}
         encode_s = _timer() - t0
-        _set_grads(self.replica, g_hat)
-        step_s = self._optimizer_step()
-        return Update(data, step_s, encode_s, info)
+
+        def replay() -> tuple[float, float]:
+            # ErrorFeedback decodes the payload's bytes (what the workers get) to form its residual
+            t1 = _timer()
+            g_hat = finish() if finish is not None else _decode(self.compressor, data)
+            g_hat = {n: t.to(torch.float32) for n, t in g_hat.items()}
+            decode_s = _timer() - t1
+            _set_grads(self.replica, g_hat)
+            return decode_s, self._optimizer_step()
+        if defer:
+            return Update(data, 0.0, encode_s, info, replay)
+        decode_s, step_s = replay()
+        return Update(data, step_s, encode_s + decode_s, info)
 
     @property
     def residual(self) -> dict[str, Tensor]:

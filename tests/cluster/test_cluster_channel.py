@@ -159,6 +159,6 @@ def test_silent_peer_times_out_and_garbage_is_a_protocol_error():
     ch = Channel(1, 2, LinkTable.unshaped(2), "tc", wait_s=0.2, wire=net.wire(1))
     with pytest.raises(TransportError, match="waiting for message #0 from rank 0 failed"):
         ch.recv(0, "never")
-    net.wire(0).isend(torch.arange(HEADER_WORDS, dtype=torch.int64), 1)
+    net.wire(0).isend(torch.arange(HEADER_WORDS, dtype=torch.int64).view(torch.uint8), 1)   # bytes, as on the wire
     with pytest.raises(TransportError, match="protocol mismatch from rank 0"):
         ch.recv(0, "garbage")
