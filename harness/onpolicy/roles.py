@@ -213,7 +213,8 @@ def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
         payload_bytes_down=len(update.payload) * len(acks) + (verdict.sent_bytes if verdict else 0),
         update_bytes=len(update.payload), wire_bytes_down=tx, wire_bytes_up=rx,
         in_sync=verdict.in_sync if verdict else None, resynced_workers=verdict.resynced if verdict else 0,
-        resync_bytes=verdict.resync_bytes if verdict else 0, compressor_info=_info(update.info))
+        resync_bytes=verdict.resync_bytes if verdict else 0, compressor_info=_info(update.info),
+        **update.columns)
     # the model backend moves bytes unpaced and models their time: its update time is the sum
     # of the parts with the modelled transfers; every other backend's is the wall clock
     parts_s = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")
@@ -284,6 +285,7 @@ def run_worker(ctx, s: Setup) -> None:
                    update_s=_now() - t0, payload_bytes_up=len(up) + len(ack_bytes),
                    payload_bytes_down=len(payload) + (resync_bytes or (1 if due else 0)),
                    wire_bytes_up=tx, wire_bytes_down=rx, in_sync=in_sync, resync_bytes=resync_bytes)
+        row.update(getattr(s.sync, "columns", {}))      # method-specific (patch: decode_s, scatter_s)
         if flipped:
             row["fault"] = flipped
         ctx.recorder.row(step, **row)
