@@ -20,7 +20,8 @@ the optimizer trajectory, not the network. Every (seed, lr) run starts from the 
 adapter and sees the same prompts per update; seeds change the adapter init and sampling.
 
 Output: a tidy CSV (one row per seed, lr, update, k, group: ``entries``, ``unchanged``,
-``unchanged_frac``), by default results/tables/sparsity.csv, a summary table on stdout (mean
+``unchanged_frac``; for the whole adapter also ``patch_bytes``, the size of the ``patch`` payload
+from version t-k to version t with zstd level 3), by default results/tables/sparsity.csv, a summary table on stdout (mean
 over seeds of each run's mean over the second half of its updates, sd, n, 95% t-interval), and
 the plot of harness.report.sparsity_plot (results/plots/sparsity.png and .pdf).
 """
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from harness.onpolicy.patch import bf16_bits
+from harness.onpolicy.patch import bf16_bits, encode
 
 LRS = (1e-3, 5e-4, 1e-4, 1e-5, 1e-6)
 KS = (1, 2, 4, 8)
@@ -74,6 +75,8 @@ def unchanged_rows(history: list[dict[str, torch.Tensor]], update: int, ks: tupl
             continue
         then = history[-1 - k]
         same = {n: int((now[n] == then[n]).sum()) for n in now}
+        changes = [(torch.nonzero(now[n] != then[n]).view(-1), now[n][now[n] != then[n]]) for n in now]
+        nbytes = len(encode(changes, sum(t.numel() for t in now.values()), "zstd", 3)[0])
         for g in GROUPS:
             names = [n for n in now if g.holds(n)]
             if not names:
@@ -81,7 +84,8 @@ def unchanged_rows(history: list[dict[str, torch.Tensor]], update: int, ks: tupl
             entries = sum(now[n].numel() for n in names)
             unchanged = sum(same[n] for n in names)
             rows.append(dict(update=update, k=k, matrix=g.matrix, block=g.block, entries=entries,
-                             unchanged=unchanged, unchanged_frac=unchanged / entries))
+                             unchanged=unchanged, unchanged_frac=unchanged / entries,
+                             patch_bytes=nbytes if g == Group("all", "all") else float("nan")))
     return rows
 
 
@@ -221,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     show = table[table.block == "all"]
     for (lr, k), part in show.groupby(["lr", "k"], sort=False):
         cells = "  ".join(f"{r.matrix}={r.mean:.4f}+-{r.ci95:.4f}" for r in part.itertuples())
-        print(f"  lr={lr:g} k={k}: {cells} (n={part.n.iloc[0]})")
+        late = df[(df.lr == lr) & (df.k == k) & (df["update"] > args.steps // 2) & df.patch_bytes.notna()]
+        print(f"  lr={lr:g} k={k}: {cells} (n={part.n.iloc[0]}); patch bytes {late.patch_bytes.mean():,.0f}")
     from harness.report.sparsity_plot import plot_sparsity
 
     for path in plot_sparsity(df, plot):
