@@ -21,7 +21,8 @@ adapter and sees the same prompts per update; seeds change the adapter init and 
 
 Output: a tidy CSV (one row per seed, lr, update, k, group: ``entries``, ``unchanged``,
 ``unchanged_frac``; for the whole adapter also ``patch_bytes``, the size of the ``patch`` payload
-from version t-k to version t with zstd level 3), by default results/tables/sparsity.csv, a summary table on stdout (mean
+from version t-k to version t with zstd level 3, and ``dense_zstd_bytes``, every bf16 entry of
+version t zstd-coded at level 3: a full sync with the same codec, the fair dense control), by default results/tables/sparsity.csv, a summary table on stdout (mean
 over seeds of each run's mean over the second half of its updates, sd, n, 95% t-interval), and
 the plot of harness.report.sparsity_plot (results/plots/sparsity.png and .pdf).
 """
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from harness.onpolicy import codec as codecs
 from harness.onpolicy.patch import bf16_bits, encode
 
 LRS = (1e-3, 5e-4, 1e-4, 1e-5, 1e-6)
@@ -70,6 +72,7 @@ def unchanged_rows(history: list[dict[str, torch.Tensor]], update: int, ks: tupl
     """Rows of ``update`` (history[-1] is version ``update``; history[-1-k] is version update-k)."""
     rows = []
     now = history[-1]
+    dense = len(codecs.compress(b"".join(t.numpy().tobytes() for t in now.values()), "zstd", 3))
     for k in ks:
         if k >= len(history):
             continue
@@ -85,7 +88,8 @@ def unchanged_rows(history: list[dict[str, torch.Tensor]], update: int, ks: tupl
             unchanged = sum(same[n] for n in names)
             rows.append(dict(update=update, k=k, matrix=g.matrix, block=g.block, entries=entries,
                              unchanged=unchanged, unchanged_frac=unchanged / entries,
-                             patch_bytes=nbytes if g == Group("all", "all") else float("nan")))
+                             patch_bytes=nbytes if g == Group("all", "all") else float("nan"),
+                             dense_zstd_bytes=dense if g == Group("all", "all") else float("nan")))
     return rows
 
 
@@ -226,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     for (lr, k), part in show.groupby(["lr", "k"], sort=False):
         cells = "  ".join(f"{r.matrix}={r.mean:.4f}+-{r.ci95:.4f}" for r in part.itertuples())
         late = df[(df.lr == lr) & (df.k == k) & (df["update"] > args.steps // 2) & df.patch_bytes.notna()]
-        print(f"  lr={lr:g} k={k}: {cells} (n={part.n.iloc[0]}); patch bytes {late.patch_bytes.mean():,.0f}")
+        print(f"  lr={lr:g} k={k}: {cells} (n={part.n.iloc[0]}); patch bytes {late.patch_bytes.mean():,.0f} "
+              f"(dense bf16 + zstd {late.dense_zstd_bytes.mean():,.0f})")
     from harness.report.sparsity_plot import plot_sparsity
 
     for path in plot_sparsity(df, plot):
