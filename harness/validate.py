@@ -149,6 +149,10 @@ def validate(cfg: Any) -> None:
         if cfg.onpolicy.workers < 1 or cfg.onpolicy.steps < 1:
             raise ConfigError(f"onpolicy.workers / onpolicy.steps: {cfg.onpolicy.workers} / "
                               f"{cfg.onpolicy.steps}; both must be >= 1")
+        if method.name == "patch":
+            from harness.onpolicy.codec import check as check_codec
+
+            check_codec(method.codec, method.codec_level)
     elif method.kind == "federated":
         from harness.federated.settings import from_cfg       # (it imports this module)
 

@@ -96,12 +96,14 @@ class CompressorConfig:
 
 @dataclass
 class MethodConfig:
-    name: str = MISSING              # full_sync | lowrank | delta | hilo | spra | ffa | fedit | flora | hetlora | flexlora
+    name: str = MISSING              # full_sync | lowrank | delta | hilo | patch | spra | ffa | fedit | flora | hetlora | flexlora
     kind: str = MISSING              # onpolicy | federated
     # --- on-policy (owned by harness/onpolicy) ---
     sync_dtype: str = "bf16"         # full_sync / lowrank wire dtype: bf16 | fp32
     rank: Optional[int] = None       # lowrank: training rank override (None: model.rank)
     verify_every: int = 1            # checksum compare every N updates (0: never)
+    codec: str = "zstd"              # patch: byte codec of the sparse bf16 patch: zstd | none
+    codec_level: int = 3             # patch: zstd level 1..22; higher => smaller payload, slower encode
     # --- federated (owned by harness/federated) ---
     lr_rule: str = "linear"          # spra: eta_k = eta_ref * f(r_k / r_ref): linear | sqrt | const
     resample_every: int = 5          # spra: T rounds between A resamples (0: never)

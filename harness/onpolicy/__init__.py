@@ -2,10 +2,12 @@
 
     roles.main(ctx)            entry of every role process (harness.run launches it)
     sync.build(method, side, replica, ...) -> LearnerSync | WorkerSync
-                               full_sync, lowrank, delta, hilo: step(step) -> Update (payload)
+                               full_sync, lowrank, delta, hilo, patch: step(step) -> Update (payload)
                                on the learner, apply(payload, step) on a worker, checksums,
                                resync
     state                      Replica, checksum (SHA-256), wire formats, fault injection
     setup.build_setup(cfg, role, device) -> Setup    policy, replica, task, sync side
     mismatch.policy_kl(...)    KL(worker policy || learner policy) on rollouts
+    patch / codec              lossless sparse bf16 patches (PULSE) and their byte codec (zstd)
+    sparsity                   python -m harness.onpolicy.sparsity: bf16 update sparsity of the adapter
 """

@@ -270,7 +270,8 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None
         payload_bytes_down=len(message) * len(acks) + verdict_bytes,
         update_bytes=len(update.payload), wire_bytes_down=tx, wire_bytes_up=rx,
         verified=bool(checks), resynced_workers=len(bad), resync_bytes=(len(resync) * len(bad)),
-        compressor_info=_info(update.info))
+        compressor_info=_info(update.info),
+        **update.columns)
     # the model backend moves bytes unpaced and models their time: its update time is the sum
     # of the serial parts with the modelled transfers; every other backend's is the wall clock
     parts_s = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")
@@ -371,6 +372,7 @@ def run_worker(ctx, s: Setup) -> None:
                    update_s=_now() - t0, payload_bytes_up=len(up) + len(ack_bytes),
                    payload_bytes_down=len(message) + verdict_bytes,
                    wire_bytes_up=tx, wire_bytes_down=rx, resync_bytes=resync_bytes)
+        row.update(getattr(s.sync, "columns", {}))      # method-specific (patch: decode_s, scatter_s)
         if flipped:
             row["fault"] = flipped
         held = (step, row)

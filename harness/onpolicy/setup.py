@@ -72,7 +72,8 @@ def build_setup(cfg: dict, role: str, device: str = "cpu") -> Setup:
     comp = cfg["compressor"]
     side = syncs.build(name, role, replica, sync_dtype=method.get("sync_dtype", "bf16"),
                        compressor_factory=compressor_factory(comp) if name in ("delta", "hilo") else None,
-                       error_feedback=bool(comp.get("error_feedback", True)))
+                       error_feedback=bool(comp.get("error_feedback", True)),
+                       codec=str(method.get("codec", "zstd")), codec_level=int(method.get("codec_level", 3)))
     return Setup(cfg, policy, replica, task, side, name, seed)
 
 

@@ -21,6 +21,8 @@ What each method sends down per update:
   ErrorFeedback, which decodes the payload's BYTES: g^ is exactly what a worker decodes);
   e <- g + e - g^; the learner steps on g^ and so does every worker, on a replicated
   optimizer state: adapters and optimizer states stay bit-identical, and that is verified.
+- ``patch`` (harness.onpolicy.patch): the entries whose bf16 view changed, as positions and
+  new bf16 values, zstd-coded; the workers' state is full_sync (bf16)'s bit for bit.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from torch import Tensor
 from harness.onpolicy.state import (Replica, SyncError, checksum, load_state, pack_flat,
                                     pack_state, unpack_flat, wire_dtype)
 
-METHODS = ("full_sync", "lowrank", "delta", "hilo")
+METHODS = ("full_sync", "lowrank", "delta", "hilo", "patch")
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Update:
     encode_s: float               # compress (+ decode-for-replay when not deferred) (seconds)
     info: dict[str, Any] = field(default_factory=dict)   # compressor's info (ranks, budget)
     replay: Callable[[], tuple[float, float]] | None = None
+    columns: dict[str, Any] = field(default_factory=dict)  # extra per-update row columns (patch_*)
 
 
 def _timer() -> float:
@@ -289,15 +292,20 @@ def worker_needs_optimizer(method: str) -> bool:
 
 def build(method: str, side: str, replica: Replica, *, sync_dtype: str = "bf16",
           compressor_factory: Callable[[], Any] | None = None,
-          error_feedback: bool = True) -> LearnerSync | WorkerSync:
+          error_feedback: bool = True, codec: str = "zstd", codec_level: int = 3) -> LearnerSync | WorkerSync:
     """The ``side`` ("learner" | "worker") of ``method``. ``compressor_factory()`` builds a
-    fresh compressor (delta, hilo); the learner's and every worker's must be built alike."""
+    fresh compressor (delta, hilo); the learner's and every worker's must be built alike.
+    ``codec`` / ``codec_level``: the byte codec of ``patch`` (harness.onpolicy.codec)."""
     if method not in METHODS:
         raise SyncError(f"method.name: {method!r} is not an on-policy method; use one of {', '.join(METHODS)}")
     if side not in ("learner", "worker"):
         raise SyncError(f"side: {side!r} is not learner or worker")
     if method in ("full_sync", "lowrank"):
         return FullSyncLearner(replica, sync_dtype) if side == "learner" else FullSyncWorker(replica)
+    if method == "patch":
+        from harness.onpolicy.patch import PatchLearner, PatchWorker   # (it imports this module)
+
+        return PatchLearner(replica, codec, codec_level) if side == "learner" else PatchWorker(replica)
     if compressor_factory is None:
         raise SyncError(f"method {method}: needs a compressor")
     comp = compressor_factory()
