@@ -43,3 +43,19 @@ def test_bad_input_is_one_line_exit_2(capsys):
     assert main(["--preset", "tiny", "--targets", "c_attn"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "c_attn" in err[1] and "q_proj" in err[1]
+
+
+def test_powersgd_r1_bytes_equal_a_real_payload_of_those_shapes():
+    """sizes' formula is the wire format: encode random gradients of the same names and shapes."""
+    import torch
+
+    from harness.compress import build
+    from harness.sizes import lora_shapes
+
+    config = model_config("small")
+    s = sizes(config, "small", rank=64, targets=["all-linear"])
+    shapes, _ = lora_shapes(config, 64, ["all-linear"])
+    g = torch.Generator().manual_seed(0)
+    grads = {n: torch.randn(*shape, generator=g) for n, shape in shapes}
+    payload = build("powersgd", rank=1).encode(grads)
+    assert payload.nbytes == {m.method: m.bytes for m in s.methods}["powersgd_r1"]
