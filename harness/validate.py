@@ -136,6 +136,8 @@ def validate(cfg: Any) -> None:
         if model.name != "hf" and r > limit:
             raise ConfigError(f"{key}: {r} is larger than the smallest adapted layer dimension ({limit}); "
                               f"choose 1..{limit}")
+    from harness.tasks.targets import check_model   # model checks (branch wide)
+    check_model(model, dict(ranks))
     if comp.budget is not None and not (0 < float(comp.budget) <= 1):
         raise ConfigError(f"compressor.budget: {comp.budget!r} is outside (0, 1]; it is a fraction of the "
                           "bf16 adapter bytes, e.g. 0.016")

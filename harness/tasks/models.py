@@ -80,6 +80,30 @@ def build_tokenizer(model_cfg: Mapping) -> Tokenizer:
     return Tokenizer.synthetic()
 
 
+def llama_config(model_cfg: Mapping, vocab_size: int):
+    """The ``LlamaConfig`` of a preset's size fields (tiny/small/wide); ConfigError on a bad size.
+
+    ``vocab_size`` is the tokenizer's (``model.vocab_size`` > 0 overrides it, e.g. to pad)."""
+    from transformers import LlamaConfig
+
+    cfg = plain(model_cfg)
+    for key in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "max_positions"):
+        if not isinstance(cfg.get(key), int) or cfg[key] < 1:
+            raise ConfigError(f"model.{key}: {cfg.get(key)!r} must be a positive integer")
+    if cfg["hidden_size"] % cfg["num_heads"] or cfg["num_heads"] % cfg["num_kv_heads"]:
+        raise ConfigError(f"model.num_heads / model.num_kv_heads: {cfg['num_heads']} / {cfg['num_kv_heads']} "
+                          f"must divide model.hidden_size ({cfg['hidden_size']}) / model.num_heads")
+    vocab = int(cfg.get("vocab_size") or 0) or int(vocab_size)
+    if vocab < vocab_size:
+        raise ConfigError(f"model.vocab_size: {vocab} is smaller than the tokenizer's {vocab_size}")
+    return LlamaConfig(
+        vocab_size=vocab, hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_layers"], num_attention_heads=cfg["num_heads"],
+        num_key_value_heads=cfg["num_kv_heads"], max_position_embeddings=cfg["max_positions"],
+        tie_word_embeddings=False, attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+
+
 def build_model(model_cfg: Mapping, vocab_size: int):
     """A fresh small Llama-style causal LM (seeded by ``model.init_seed``), or, for
     ``name=hf``, the local model at ``model.path``. Returned on the CPU, in ``model.dtype``.
@@ -90,23 +114,9 @@ def build_model(model_cfg: Mapping, vocab_size: int):
     dtype = model_dtype(cfg)
     if cfg.get("name") == "hf":
         return load_dir(hf_dir(cfg), dtype)
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    for key in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "max_positions"):
-        if not isinstance(cfg.get(key), int) or cfg[key] < 1:
-            raise ConfigError(f"model.{key}: {cfg.get(key)!r} must be a positive integer")
-    if cfg["hidden_size"] % cfg["num_heads"] or cfg["num_heads"] % cfg["num_kv_heads"]:
-        raise ConfigError(f"model.num_heads / model.num_kv_heads: {cfg['num_heads']} / {cfg['num_kv_heads']} "
-                          f"must divide model.hidden_size ({cfg['hidden_size']}) / model.num_heads")
-    vocab = int(cfg.get("vocab_size") or 0) or int(vocab_size)
-    if vocab < vocab_size:
-        raise ConfigError(f"model.vocab_size: {vocab} is smaller than the tokenizer's {vocab_size}")
-    config = LlamaConfig(
-        vocab_size=vocab, hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_layers"], num_attention_heads=cfg["num_heads"],
-        num_key_value_heads=cfg["num_kv_heads"], max_position_embeddings=cfg["max_positions"],
-        tie_word_embeddings=False, attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-    )
+    config = llama_config(cfg, vocab_size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(cfg.get("init_seed", 0)))
         model = LlamaForCausalLM(config)
@@ -114,16 +124,14 @@ def build_model(model_cfg: Mapping, vocab_size: int):
 
 
 def lora_targets(model: nn.Module, targets: list[str]) -> dict[str, tuple[int, int]]:
-    """Names of the linear layers whose last name component is in ``targets`` ->
-    (in_features, out_features). Raises ConfigError naming model.targets if none match."""
-    found: dict[str, tuple[int, int]] = {}
-    for name, module in model.named_modules():
-        if name.split(".")[-1] in targets and isinstance(module, nn.Linear):
-            found[name] = (module.in_features, module.out_features)
-    if not found:
-        names = sorted({n.split(".")[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
-        raise ConfigError(f"model.targets: {list(targets)!r} match no linear layer; available: {', '.join(names)}")
-    return found
+    """Names of the adaptable layers (``nn.Linear`` or transformers ``Conv1D``) that ``targets``
+    selects (suffixes, or ``[all-linear]`` / ``[auto]``: harness.tasks.targets) ->
+    (in_features, out_features). Raises a one-line ConfigError listing the model's modules when a
+    target matches nothing."""
+    from harness.tasks.targets import adaptable_layers, resolve_targets
+
+    chosen = set(resolve_targets(model, targets))
+    return {n: shape for n, shape in adaptable_layers(model).items() if n.split(".")[-1] in chosen}
 
 
 def _rank_of(name: str, ranks: dict[str, int], default: int) -> int:
@@ -154,6 +162,9 @@ def make_lora(model: nn.Module, rank: int | Mapping[str, int], alpha: float | No
             where = "model.rank" if key == "default" else f"model.rank[{key}]"
             raise ConfigError(f"{where}: {r!r} is not a rank; it must be an integer >= 1")
     default = ranks.pop("default", max(ranks.values()) if ranks else 1)
+    from harness.tasks.targets import resolve_targets
+
+    targets = resolve_targets(model, targets)
     layers = lora_targets(model, targets)
     for name, (d_in, d_out) in layers.items():
         r = _rank_of(name, ranks, default)
@@ -164,7 +175,8 @@ def make_lora(model: nn.Module, rank: int | Mapping[str, int], alpha: float | No
         lora_alpha, alpha_pattern = float(default), {k: float(r) for k, r in ranks.items()}
     else:
         lora_alpha, alpha_pattern = float(alpha), {}
-    config = LoraConfig(r=default, lora_alpha=lora_alpha, target_modules=targets, rank_pattern=ranks,
+    conv1d = any(type(m).__name__ == "Conv1D" and n.split(".")[-1] in targets for n, m in model.named_modules())
+    config = LoraConfig(r=default, fan_in_fan_out=conv1d, lora_alpha=lora_alpha, target_modules=targets, rank_pattern=ranks,
                         alpha_pattern=alpha_pattern, lora_dropout=0.0, bias="none",
                         init_lora_weights="gaussian" if init == "gaussian" else True)
     with torch.random.fork_rng(devices=[]):

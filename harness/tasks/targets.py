@@ -1,0 +1,144 @@
+"""LoRA target modules by architecture, resolved and checked before launch (no weights loaded).
+
+``model.targets`` is a list of module-name suffixes (peft's rule: the last name component,
+e.g. ``q_proj``), or one of two keywords, given as a one-element list:
+
+- ``[all-linear]``: every ``nn.Linear`` and transformers ``Conv1D`` layer except the output
+  projection (``get_output_embeddings()``, e.g. ``lm_head``), as peft's ``"all-linear"``.
+  The default of ``model=hf``: on Llama/Qwen2/Mistral it is the seven projections
+  (q,k,v,o,gate,up,down), on GPT-2 ``c_attn, c_proj, c_fc`` (Conv1D), on GPT-NeoX
+  ``query_key_value, dense, dense_h_to_4h, dense_4h_to_h``, on Phi ``q_proj, k_proj, v_proj,
+  dense, fc1, fc2``.
+- ``[auto]``: peft's own per-architecture default for the model's ``model_type``
+  (``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``; Llama: q_proj, v_proj only).
+
+A layer is adaptable when it is an ``nn.Linear`` or a transformers ``Conv1D`` (GPT-2's
+projections, weight stored as in x out), both of which peft's LoRA supports. A named target
+that matches no adaptable layer is an error (``check_model``), so a typo never silently
+trains fewer matrices than asked.
+
+``check_model(model_cfg)`` builds the model skeleton on the meta device (for ``model=hf``
+from ``config.json`` via AutoConfig; for tiny/small/wide from the size fields), so it costs
+the transformers import and no weight bytes; validation calls it before any namespace or
+process exists.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from torch import nn
+
+from harness.errors import ConfigError
+
+KEYWORDS = ("all-linear", "auto")
+
+
+def is_adaptable(module: nn.Module) -> bool:
+    """An ``nn.Linear`` or a transformers ``Conv1D`` (peft LoRA supports both)."""
+    if isinstance(module, nn.Linear):
+        return True
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
+
+
+def layer_shape(module: nn.Module) -> tuple[int, int]:
+    """(in_features, out_features) of an adaptable layer; Conv1D stores its weight as in x out."""
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    return int(module.weight.shape[0]), int(module.nf)
+
+
+def adaptable_layers(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """Every adaptable layer's full name -> (in_features, out_features)."""
+    return {name: layer_shape(m) for name, m in model.named_modules() if name and is_adaptable(m)}
+
+
+def _output_names(model: nn.Module) -> set[str]:
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return {name.split(".")[-1] for name, m in model.named_modules() if out is not None and m is out}
+
+
+def _model_type(model: nn.Module) -> str:
+    return str(getattr(getattr(model, "config", None), "model_type", "?"))
+
+
+def resolve_targets(model: nn.Module, targets: Any) -> list[str]:
+    """``model.targets`` (list of suffixes or ``[all-linear]`` / ``[auto]``) -> the sorted module-name
+    suffixes to adapt. Raises ConfigError (one line, listing the model's adaptable modules) when a
+    name matches no adaptable layer, or the model type has no peft default for ``auto``."""
+    if isinstance(targets, str):
+        targets = [targets]
+    targets = [str(t) for t in (targets or [])]
+    layers = adaptable_layers(model)
+    suffixes = sorted({n.split(".")[-1] for n in layers})
+    kind = _model_type(model)
+    available = f"the {kind} model has: {', '.join(suffixes)} (or use [all-linear] / [auto])"
+    if not targets:
+        raise ConfigError(f"model.targets: [] names no module; {available}")
+    if len(targets) == 1 and targets[0] == "all-linear":
+        chosen = sorted(set(suffixes) - _output_names(model))
+        if not chosen:
+            raise ConfigError(f"model.targets: [all-linear] finds no linear layer besides the output; {available}")
+        return chosen
+    if len(targets) == 1 and targets[0] == "auto":
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+
+        if kind not in DEFAULTS:
+            raise ConfigError(f"model.targets: [auto] has no peft default for model_type {kind!r}; {available}")
+        targets = list(DEFAULTS[kind])
+    bad = [t for t in targets if t in KEYWORDS]
+    if bad:
+        raise ConfigError(f"model.targets: {bad[0]!r} must be the only entry (model.targets=[{bad[0]}]); {available}")
+    missing = [t for t in targets if t not in suffixes]
+    if missing:
+        which = "" if len(missing) == len(targets) else f" ({', '.join(missing)})"
+        raise ConfigError(f"model.targets: {targets!r}{which} match no linear or Conv1D layer; {available}")
+    return sorted(set(targets))
+
+
+def skeleton(model_cfg: Mapping, vocab_size: int | None = None) -> nn.Module:
+    """The model of ``model_cfg`` on the meta device: shapes and module names, no weight bytes.
+
+    ``model=hf``: AutoConfig of ``model.path`` (local config.json only). Otherwise the Llama
+    config of the size fields (``vocab_size``: the synthetic tokenizer's by default).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from harness.tasks.models import hf_dir, llama_config, plain
+
+    cfg = plain(model_cfg)
+    if cfg.get("name") == "hf":
+        path = hf_dir(cfg)
+        try:
+            config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+        except (ValueError, OSError, KeyError) as err:
+            raise ConfigError(f"model.path: {str(path)!r} has a config.json transformers cannot read "
+                              f"({str(err).splitlines()[0]})") from None
+    else:
+        if vocab_size is None:
+            from harness.tasks.tokenizer import CHARS, SPECIALS
+            vocab_size = len(SPECIALS) + len(CHARS)
+        config = llama_config(cfg, vocab_size)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def check_model(model_cfg: Mapping, ranks: Mapping[str, Any] | None = None) -> list[str]:
+    """Check ``model.targets`` (and the ranks) against the model's skeleton; return the resolved
+    target suffixes. ``ranks``: config key -> LoRA rank to check against the smallest adapted
+    dimension (default ``{"model.rank": model.rank}``). One-line ConfigError on failure."""
+    from harness.tasks.models import plain
+
+    cfg = plain(model_cfg)
+    model = skeleton(cfg)
+    chosen = resolve_targets(model, cfg.get("targets"))
+    layers = {n: s for n, s in adaptable_layers(model).items() if n.split(".")[-1] in chosen}
+    name, (d_in, d_out) = min(layers.items(), key=lambda kv: min(kv[1]))
+    limit = min(d_in, d_out)
+    for key, r in (ranks if ranks is not None else {"model.rank": cfg.get("rank")}).items():
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise ConfigError(f"{key}: {r!r} is not a rank; it must be an integer >= 1")
+        if r > limit:
+            raise ConfigError(f"{key}: {r} is larger than the smallest dimension ({limit}) of the adapted layer "
+                              f"{name} ({d_in} -> {d_out}); choose 1..{limit}")
+    return chosen
