@@ -83,6 +83,7 @@ class RoleContext:
     names: list[str] = field(default_factory=list)
     netns: str | None = None
     ifname: str | None = None
+    plan: dict | None = None         # harness.plan.RunPlan.to_dict() of the run (None: a bare config)
     _beat: Heartbeat = field(default_factory=lambda: Heartbeat(None), repr=False)
 
     def wire(self):
@@ -156,7 +157,7 @@ def run(payload_path: Path, rank: int) -> int:
     ctx = RoleContext(rank=rank, world_size=world_size, role=me["name"], device=device, cfg=cfg,
                       channel=None, run_dir=run_dir, recorder=Recorder(run_dir, keys, me["name"]),
                       backend=spec["backend"], names=[r["name"] for r in spec["roles"]],
-                      netns=me.get("netns"), ifname=me.get("ifname"), _beat=beat)
+                      netns=me.get("netns"), ifname=me.get("ifname"), plan=payload.get("plan"), _beat=beat)
     ctx.channel = Channel(rank, world_size, LinkTable.from_json(spec["links"]), spec["backend"],
                           seed=int(spec.get("seed", 0)), wait_s=wait_s, on_progress=ctx.progress)
     load_entry(spec["entry"])(ctx)

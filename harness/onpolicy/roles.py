@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from harness.onpolicy.mismatch import policy_kl, swapped
-from harness.onpolicy.setup import Setup, build_setup, inject_fault
+from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan
 from harness.tasks.cache import ensure_pretrained
 
 # Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
@@ -105,7 +105,8 @@ def main(ctx) -> None:
     ensure_pretrained(ctx.cfg, ctx.rank, beat=getattr(ctx, "progress", lambda: None))
     ctx.channel.barrier()
     t1 = _now()
-    setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device)
+    setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device,
+                        plan=role_plan(ctx.cfg, getattr(ctx, "plan", None)))
     t2 = _now()
     (run_learner if ctx.rank == 0 else run_worker)(ctx, setup)
     print(f"[onpolicy] {ctx.role}: pretrained models ready {t1 - t0:.1f} s, setup {t2 - t1:.1f} s, "
