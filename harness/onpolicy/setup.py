@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 from harness.errors import ConfigError
 from harness.onpolicy import sync as syncs
-from harness.onpolicy.state import OPTIMIZERS, WIRE_DTYPES, Replica, adapter_params, flip_bit, make_optimizer
+from harness.optim import OPTIMIZERS
+from harness.onpolicy.state import WIRE_DTYPES, Replica, adapter_params, flip_bit, make_optimizer
 
-USES_COMPRESSOR = ("delta", "hilo")          # the on-policy methods that ship compressed tensors
 FLIP_TARGETS = ("param", "exp_avg")
 
 
@@ -105,7 +105,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         if int(value) < 0:
             raise ConfigError(f"{key}: {value!r} must be >= 0 (0: never)")
     compressor = None
-    if name in USES_COMPRESSOR:
+    if name in syncs.USES_COMPRESSOR:
         compressor = CompressorPlan(
             name=str(comp["name"]), budget=None if comp["budget"] is None else float(comp["budget"]),
             budget_bytes=None if comp["budget_bytes"] is None else int(comp["budget_bytes"]),
