@@ -2,16 +2,17 @@
 
     launch(roles, "pkg.module:function", payload, backend="auto", run_dir=..., hang_timeout_s=180)
 
-roles[0] is the hub (learner or server). Per backend:
+roles[0] is the hub (learner or server). Per backend (the rules: harness/backends.py):
   netem / tc  a StarTopology (netem/) is built, one namespace per role; each role process is
-              started as ``ip netns exec <ns> python -m harness.role ...`` so it is inside its
-              namespace before torch is imported, with GLOO_SOCKET_IFNAME=<its veth> and
+              forked from this warm launcher and enters its namespace with setns(2) before the
+              entry runs (harness/spawn.py; NARROWBAND_SPAWN=exec starts ``ip netns exec <ns>
+              python -m harness.role ...`` instead), with GLOO_SOCKET_IFNAME=<its veth> and
               MASTER_ADDR=<the hub's address>. Needs root (CAP_NET_ADMIN).
   userspace   plain processes on loopback; the transport paces bytes (lower fidelity).
   model       plain processes on loopback, nothing paced; transfer times are modelled.
   auto        the best this machine allows (netem > tc > userspace), said in one loud line.
 
-The resolved payload (``{"cfg": ..., "keys": ...}`` or a bare config dict) goes to the
+The resolved payload (``{"cfg": ..., "keys": ..., "plan": RunPlan.to_dict()}`` or a bare config dict) goes to the
 children in ``<run_dir>/cluster/payload.json``; their logs go to ``<run_dir>/logs/<role>.log``.
 Any child exiting non-zero stops the others and the run is ``failed`` with the reason (except
 an ``expendable`` non-hub role: its death is logged, noted in ``ClusterResult.dropped`` and

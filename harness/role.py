@@ -1,7 +1,9 @@
-"""The role process: ``python -m harness.role PAYLOAD.json RANK`` (started by harness.cluster).
+"""The role process: ``harness.role.main`` (started by harness.cluster through harness.spawn).
 
-It is already inside its network namespace when it starts (``ip netns exec``), so torch and
-gloo only ever see the role's own veth. In order: read the payload, tell the parent we
+It is already inside its network namespace when this runs (forked from the warm launcher
+and moved in with setns(2), the default; or ``ip netns exec ... python -m harness.role
+PAYLOAD.json RANK`` with NARROWBAND_SPAWN=exec), so torch and gloo only ever see the role's
+own veth. In order: read the payload, tell the parent we
 started, import torch, join the process group (gloo, env:// rendezvous on the hub's
 address), build the RoleContext, call the entry function ``module:function`` with it, and
 leave the group after a final barrier (nobody tears down while a peer is mid-transfer). When
