@@ -2,6 +2,7 @@
 and bad input fails with one line naming the key, the value and what is allowed."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -36,6 +37,9 @@ def test_scenario_files_open_with_what_command_and_expectation():
         assert head.startswith("#"), f"{path.name} must open with a comment"
         assert "python -m harness" in head, f"{path.name}: the header must give the command"
         assert "expect" in head, f"{path.name}: the header must say what result to expect"
+        assert "measures" in head and "compares" in head, f"{path.name}: say what it measures and compares"
+        # figures go stale: they live in the generated report, not in the header
+        assert not re.search(r"measured:? [0-9~]|\(?[0-9.]+x measured|[0-9.]+ s on 2", head), path.name
 
 
 def test_user_override_wins_over_variant():
