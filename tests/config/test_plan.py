@@ -113,3 +113,14 @@ def test_table_overrides_fail_before_anything_exists(override, key, tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}:"), err[-2000:]
     assert not seen, f"namespaces were created: {seen}"
     assert not list(tmp_path.iterdir()), "a run directory was created"
+
+
+def test_every_registered_method_and_compressor_has_its_yaml_and_back():
+    """Registering one is one module + one YAML (docs/interfaces.md): the two lists agree."""
+    from harness.compress import REGISTRY
+    from harness.federated.methods import METHODS as FED
+    from harness.onpolicy.sync import METHODS as ONPOLICY
+    from harness.validate import group_options
+
+    assert set(REGISTRY) == set(group_options("compressor"))
+    assert set(ONPOLICY) | set(FED) == set(group_options("method"))
