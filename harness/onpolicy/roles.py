@@ -139,8 +139,8 @@ def _verify(ctx, s: Setup, checksums: dict[int, str], tag: str) -> Verdict:
 
 
 def run_learner(ctx, s: Setup) -> None:
-    op = s.cfg["onpolicy"]
-    steps = int(op["steps"])
+    op = s.plan
+    steps = op.steps
     acks, _ = ctx.channel.gather(None, "verify/init")
     init = _verify(ctx, s, {r: unframe(a)[0]["checksum"] for r, a in acks.items()}, "resync/init")
     if not init.in_sync:
@@ -152,9 +152,9 @@ def run_learner(ctx, s: Setup) -> None:
         # housekeeping, outside the timed window
         if step == 0:
             row["init_in_sync"] = init.in_sync
-        if op.get("policy_kl", True):
+        if op.policy_kl:
             row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_view(), rollouts)
-        if eval_due(step, int(op["eval_every"]), steps):
+        if eval_due(step, op.eval_every, steps):
             t0 = _now()
             row.update(evaluate(s, last=step == steps - 1))
             row["eval_s"] = _now() - t0
@@ -180,7 +180,7 @@ def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
     """One timed update at the learner: (its row, the rollouts it learned from)."""
     from harness.tasks import Rollouts
 
-    ch, op = ctx.channel, s.cfg["onpolicy"]
+    ch = ctx.channel
     wire0, t0 = ctx.wire(), _now()
     parts, ups = ch.gather(None, f"rollouts/{step}")
     t1 = _now()
@@ -189,14 +189,14 @@ def learner_update(ctx, s: Setup, step: int) -> tuple[dict[str, Any], Any]:
     s.policy.train()
     loss, metrics = s.task.loss(s.policy, rollouts)
     loss.backward()
-    grad_norm = _clip(s, float(op.get("clip_norm", 0.0)))
+    grad_norm = _clip(s, s.plan.clip_norm)
     t2 = _now()
     update = s.sync.step(step)
     _, downs = ch.broadcast(update.payload, f"update/{step}")
     raw, ack_transfers = ch.gather(None, f"ack/{step}")
     acks = {r: unframe(a)[0] for r, a in raw.items()}
     verdict = None
-    if verify_due(step, int(s.cfg["method"].get("verify_every", 1))):
+    if verify_due(step, s.plan.verify_every):
         verdict = _verify(ctx, s, {r: a["checksum"] for r, a in acks.items()}, f"resync/{step}")
     t3 = _now()
     tx, rx = _delta(wire0, ctx.wire())
@@ -251,8 +251,8 @@ def _short(name: str) -> str:
 
 # --------------------------------------------------------------------------- worker
 def run_worker(ctx, s: Setup) -> None:
-    op, task_cfg, ch = s.cfg["onpolicy"], s.cfg["task"], ctx.channel
-    steps, every = int(op["steps"]), int(s.cfg["method"].get("verify_every", 1))
+    task_cfg, ch = s.cfg["task"], ctx.channel
+    steps, every = s.plan.steps, s.plan.verify_every
     shards, shard = ctx.world_size - 1, ctx.rank - 1
     device = next(iter(s.replica.params.values())).device
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
