@@ -13,7 +13,8 @@ from harness.errors import ConfigError
 
 
 def check_model(model_cfg: Mapping[str, Any]) -> None:
-    """Raise ConfigError (one line: key, value, allowed) for a bad model.dtype, lora_init or targets list (model.name: harness.validate)."""
+    """Raise ConfigError (one line: key, value, allowed) for a bad model.dtype, lora_init or
+    targets list (model.name is checked by harness.validate)."""
     from harness.tasks.models import LORA_INITS, model_dtype, plain
 
     cfg = plain(model_cfg)
