@@ -25,6 +25,9 @@ install: $(STAMP)  ## create .venv and install narrowband with its dev extras
 test: $(STAMP)  ## run the test suite (emulated tests skip with a reason when not root)
 	$(PY) -m pytest -q
 
+test-fast: $(STAMP)  ## the pure and composed tiers only: no namespaces, no role processes
+	$(PY) -m pytest -q -m "not emulated and not e2e"
+
 bench: $(STAMP)  ## run the reference reproductions and write results/summary.md, tables, plots
 	$(PY) -m harness.bench
 

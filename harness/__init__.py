@@ -1,0 +1,10 @@
+"""narrowband: communication-efficient distributed LoRA post-training over kernel-shaped links.
+
+How a run flows (lower layers never import higher ones; tests/config/test_layers.py):
+
+    __main__ (Hydra app) -> run.run_scenario -> plan.build_plan(cfg) -> RunPlan
+        -> cluster.launch (spawn, supervise, role) -> onpolicy.roles | federated.roles
+        -> transport (links, backends) -> record (rows, run.json) -> report
+
+See README.md ("Layout") and docs/interfaces.md ("Layers") for every module.
+"""

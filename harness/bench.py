@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from tqdm import tqdm
+from harness.progress import frames
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s.name:<16} {s.what}\n{'':<16} {' '.join(shlex.quote(a) for a in s.argv[1:])}")
         return 0
     results: list[tuple[str, int, float]] = []
-    bar = tqdm(steps, desc="make bench", unit="step", position=0, leave=True)
+    bar = tqdm(steps, desc="make bench", unit="step", position=0, leave=True, disable=not frames())
     for step in bar:
         bar.set_postfix_str(step.name)
         tqdm.write(f"\n### {step.name}: {step.what}\n### $ python {' '.join(step.argv[1:])}")

@@ -2,16 +2,17 @@
 
     launch(roles, "pkg.module:function", payload, backend="auto", run_dir=..., hang_timeout_s=180)
 
-roles[0] is the hub (learner or server). Per backend:
+roles[0] is the hub (learner or server). Per backend (the rules: harness/backends.py):
   netem / tc  a StarTopology (netem/) is built, one namespace per role; each role process is
-              started as ``ip netns exec <ns> python -m harness.role ...`` so it is inside its
-              namespace before torch is imported, with GLOO_SOCKET_IFNAME=<its veth> and
+              forked from this warm launcher and enters its namespace with setns(2) before the
+              entry runs (harness/spawn.py; NARROWBAND_SPAWN=exec starts ``ip netns exec <ns>
+              python -m harness.role ...`` instead), with GLOO_SOCKET_IFNAME=<its veth> and
               MASTER_ADDR=<the hub's address>. Needs root (CAP_NET_ADMIN).
   userspace   plain processes on loopback; the transport paces bytes (lower fidelity).
   model       plain processes on loopback, nothing paced; transfer times are modelled.
   auto        the best this machine allows (netem > tc > userspace), said in one loud line.
 
-The resolved payload (``{"cfg": ..., "keys": ...}`` or a bare config dict) goes to the
+The resolved payload (``{"cfg": ..., "keys": ..., "plan": RunPlan.to_dict()}`` or a bare config dict) goes to the
 children in ``<run_dir>/cluster/payload.json``; their logs go to ``<run_dir>/logs/<role>.log``.
 Any child exiting non-zero stops the others and the run is ``failed`` with the reason (except
 an ``expendable`` non-hub role: its death is logged, noted in ``ClusterResult.dropped`` and
@@ -36,25 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import spawn
+from harness.backends import drops_packets, resolve_backend
+from harness.errors import ClusterError
 from harness.links import LinkTable
 from harness.supervise import RoleProcess, start, stop_all, watch
 from netem.spec import LinkSpec
 
-BACKENDS = ("auto", "netem", "tc", "userspace", "model")
 STARTUP_TIMEOUT_S = 180.0      # importing torch in N processes on 2 cores is slow
 WAIT_MARGIN_S = 30.0           # the children's own timeouts exceed the parent's hang limit by this
 _DEVICE = re.compile(r"^(cpu|auto|cuda(:[0-9]+)?)$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-WHY = {
-    "netem": "kernel netem: rate, delay, jitter and loss in the kernel",
-    "tc": "kernel tbf shapes the rate; delay/jitter added per message by the transport",
-    "userspace": "loopback, bytes paced by the transport (lower fidelity: no kernel queues, no TCP dynamics)",
-    "model": "no shaping: transfer times are modelled as delay + bytes*8/rate (fluid, fair sharing)",
-}
-
-
-class ClusterError(ValueError):
-    """Bad launch input or a backend this machine cannot run; raised before anything is created."""
 
 
 @dataclass
@@ -84,35 +76,6 @@ class ClusterResult:
     dropped: list[str] = field(default_factory=list)  # expendable roles that died: "<role> (rank r) <how>"
 
 
-def resolve_backend(requested: str, caps=None) -> tuple[str, str]:
-    """(backend, why) for ``requested``; a kernel backend this machine cannot run is a ClusterError."""
-    from netem import caps as caps_mod
-
-    if requested not in BACKENDS:
-        raise ClusterError(f"net.backend: {requested!r} is not allowed; choose one of {', '.join(BACKENDS)}")
-    caps = caps or caps_mod.probe()
-    if requested == "auto":
-        best = caps.best_backend()
-        if best == "userspace":
-            cause = "not root (no CAP_NET_ADMIN)" if not caps.root else "kernel cannot shape links"
-            return best, f"auto: {cause}; {WHY[best]}"
-        if best == "tc":
-            return best, f"auto: root, no sch_netem; {WHY[best]}"
-        return best, f"auto: {WHY[best]}"
-    if requested in ("netem", "tc"):
-        if not caps.root:
-            raise ClusterError(f"net.backend: {requested!r} needs root (CAP_NET_ADMIN) to build namespaces and "
-                               f"qdiscs; run as root or use net.backend=userspace (or auto)")
-        if not caps.netns:
-            raise ClusterError(f"net.backend: {requested!r} cannot create network namespaces here "
-                               f"({caps.notes.get('netns', 'unknown reason')}); use net.backend=userspace")
-        if not caps.qdiscs.get("netem" if requested == "netem" else "tbf"):
-            missing = "sch_netem" if requested == "netem" else "sch_tbf"
-            raise ClusterError(f"net.backend: {requested!r} needs {missing}, which this kernel lacks; "
-                               f"use net.backend={caps.best_backend()}")
-    return requested, f"asked for; {WHY[requested]}"
-
-
 def check_roles(roles: list[RoleSpec], entry: str, backend: str) -> None:
     """Raise ClusterError for the first bad role, entry or link setting."""
     if not roles:
@@ -125,7 +88,7 @@ def check_roles(roles: list[RoleSpec], entry: str, backend: str) -> None:
             raise ClusterError(f"model.device: {r.device!r} (role {r.name}) is not allowed; use cpu, auto, cuda or cuda:<i>")
         for side in ("up", "down"):
             spec = getattr(r, side)
-            if spec.loss and backend != "netem":
+            if spec.loss and not drops_packets(backend):
                 raise ClusterError(f"net loss of {r.name}.{side}: {spec.loss * 100:g}% cannot be emulated on the "
                                    f"{backend} backend (only netem drops packets); use loss 0% or net.backend=netem")
     if len(set(names)) != len(names):

@@ -8,3 +8,7 @@ from __future__ import annotations
 
 class ConfigError(ValueError):
     """Bad user input: the message names the key, the value and what is allowed."""
+
+
+class ClusterError(ValueError):
+    """Bad launch input or a backend this machine cannot run; raised before anything is created."""

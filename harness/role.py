@@ -1,7 +1,9 @@
-"""The role process: ``python -m harness.role PAYLOAD.json RANK`` (started by harness.cluster).
+"""The role process: ``harness.role.main`` (started by harness.cluster through harness.spawn).
 
-It is already inside its network namespace when it starts (``ip netns exec``), so torch and
-gloo only ever see the role's own veth. In order: read the payload, tell the parent we
+It is already inside its network namespace when this runs (forked from the warm launcher
+and moved in with setns(2), the default; or ``ip netns exec ... python -m harness.role
+PAYLOAD.json RANK`` with NARROWBAND_SPAWN=exec), so torch and gloo only ever see the role's
+own veth. In order: read the payload, tell the parent we
 started, import torch, join the process group (gloo, env:// rendezvous on the hub's
 address), build the RoleContext, call the entry function ``module:function`` with it, and
 leave the group after a final barrier (nobody tears down while a peer is mid-transfer). When
@@ -83,6 +85,7 @@ class RoleContext:
     names: list[str] = field(default_factory=list)
     netns: str | None = None
     ifname: str | None = None
+    plan: dict | None = None         # harness.plan.RunPlan.to_dict() of the run (None: a bare config)
     _beat: Heartbeat = field(default_factory=lambda: Heartbeat(None), repr=False)
 
     def wire(self):
@@ -156,7 +159,7 @@ def run(payload_path: Path, rank: int) -> int:
     ctx = RoleContext(rank=rank, world_size=world_size, role=me["name"], device=device, cfg=cfg,
                       channel=None, run_dir=run_dir, recorder=Recorder(run_dir, keys, me["name"]),
                       backend=spec["backend"], names=[r["name"] for r in spec["roles"]],
-                      netns=me.get("netns"), ifname=me.get("ifname"), _beat=beat)
+                      netns=me.get("netns"), ifname=me.get("ifname"), plan=payload.get("plan"), _beat=beat)
     ctx.channel = Channel(rank, world_size, LinkTable.from_json(spec["links"]), spec["backend"],
                           seed=int(spec.get("seed", 0)), wait_s=wait_s, on_progress=ctx.progress)
     load_entry(spec["entry"])(ctx)

@@ -1,4 +1,4 @@
-"""Run a scenario: compose each variant, validate it, launch the cluster, record the run.
+"""Run a scenario: compose each variant, plan it (harness.plan.build_plan), launch the cluster, record the run.
 
 One run = one resolved config = one directory ``results/runs/<scenario>/<run_id>/``.
 The run id is the variant name plus a hash of the resolved config (run-control keys
@@ -26,12 +26,10 @@ from omegaconf import DictConfig, OmegaConf
 from harness.paths import project_root
 from harness.record import read_run_json, read_rows, set_status, write_run_json
 from harness.errors import ConfigError
-from harness.validate import validate
+from harness.plan import RunPlan, build_plan
 
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id")
-ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
-USES_COMPRESSOR = ("hilo", "delta")
 INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
 
 
@@ -87,13 +85,12 @@ def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
         if not variants:
             return [run_one(cfg, scenario=scenario, variant=cfg.variant, overrides=overrides)]
         composed = {}
-        for name, extra in variants.items():   # compose and validate all before running any
+        for name, extra in variants.items():   # compose and plan all before running any
             vcfg = compose_config(_merge_overrides(overrides, list(extra)))
-            validate(vcfg)
-            composed[name] = vcfg
-        for i, (name, vcfg) in enumerate(composed.items()):
+            composed[name] = (vcfg, build_plan(vcfg))
+        for i, (name, (vcfg, plan)) in enumerate(composed.items()):
             print(f"\n=== {scenario}: variant {i + 1}/{len(composed)}: {name} ===", flush=True)
-            outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides))
+            outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides, plan=plan))
     except KeyboardInterrupt:
         _stop_interrupted(scenario, outcomes)
     _print_scenario_summary(scenario, outcomes)
@@ -115,51 +112,6 @@ def run_id_of(cfg: DictConfig, variant: str) -> str:
         plain.pop(key, None)
     digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
     return f"{variant}-{digest}"
-
-
-def role_specs(cfg: DictConfig):
-    """The hub and one node per worker/client, each with its uplink and downlink LinkSpec.
-
-    Federated clients are expendable under ``federated.drop_policy=continue``: one that dies
-    is dropped by the server (and by the launcher) and the run goes on without it.
-    """
-    from harness.cluster import RoleSpec
-    from netem.spec import LinkSpec
-
-    net = cfg.net
-    hub_link = LinkSpec.parse(rate=net.hub, prefix="net.hub")
-    if cfg.method.kind == "onpolicy":
-        hub, node, count = "learner", "worker", cfg.onpolicy.workers
-    else:
-        hub, node, count = "server", "client", cfg.federated.clients
-    expendable = cfg.method.kind == "federated" and cfg.federated.drop_policy == "continue"
-    roles = [RoleSpec(name=hub, up=hub_link, down=hub_link, device=cfg.model.device)]
-    for k in range(count):
-        spec = {"rate": net.rate, "up": net.up, "down": net.down, "delay": net.delay,
-                "jitter": net.jitter, "loss": net.loss, "queue": net.queue}
-        if net.nodes:
-            spec.update(dict(net.nodes[k % len(net.nodes)]))
-        common = dict(delay=spec["delay"], jitter=spec["jitter"], loss=spec["loss"], queue=spec["queue"])
-        up = LinkSpec.parse(rate=spec["up"] or spec["rate"], prefix=f"net.nodes[{k}]", **common)
-        down = LinkSpec.parse(rate=spec["down"] or spec["rate"], prefix=f"net.nodes[{k}]", **common)
-        roles.append(RoleSpec(name=f"{node}{k}", up=up, down=down, device=cfg.model.device, expendable=expendable))
-    return roles
-
-
-def run_keys(cfg: DictConfig, scenario: str, variant: str, run_id: str, backend: str) -> dict[str, Any]:
-    from netem.spec import parse_rate, parse_time
-
-    rate = parse_rate(cfg.net.down or cfg.net.rate or cfg.net.hub)
-    uses = cfg.method.name in USES_COMPRESSOR
-    return {
-        "run_id": run_id, "scenario": scenario, "variant": variant, "method": cfg.method.name,
-        "compressor": cfg.compressor.name if uses else "none", "task": cfg.task.name,
-        "seed": int(cfg.seed), "backend": backend,
-        "rate_mbit": rate / 1e6 if rate else float("nan"),
-        "delay_ms": parse_time(cfg.net.delay) * 1e3,
-        "rank": int(cfg.method.get("rank") or cfg.model.rank),
-        "budget_frac": float(cfg.compressor.budget) if uses and cfg.compressor.budget else float("nan"),
-    }
 
 
 def _git(*args: str) -> str:
@@ -210,18 +162,15 @@ def _prepare_dir(run_dir: Path, resume: bool) -> bool:
     return True
 
 
-def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) -> Outcome:
-    """Validate, launch, record. Never raises for a failed run: the outcome says it."""
-    from harness.cluster import ClusterError, check_roles, launch, resolve_backend
+def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
+            plan: RunPlan | None = None) -> Outcome:
+    """Plan (unless given the plan of ``cfg``), launch, record. Never raises for a failed run:
+    the outcome says it; bad input raises ConfigError before anything exists."""
+    from harness.cluster import launch
     from netem.topology import clean
 
-    validate(cfg)
-    roles, entry = role_specs(cfg), ENTRIES[cfg.method.kind]
-    try:
-        backend, why = resolve_backend(cfg.net.backend)
-        check_roles(roles, entry, backend)
-    except ClusterError as err:
-        raise ConfigError(str(err)) from None
+    plan = plan or build_plan(cfg)
+    backend, why = plan.backend.value, plan.backend_reason
     run_id = cfg.run_id or run_id_of(cfg, variant)
     run_dir = project_root() / cfg.out_dir / scenario / run_id
     if not _prepare_dir(run_dir, bool(cfg.resume)):
@@ -237,12 +186,11 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str]) 
             "backend": backend, "backend_reason": why, "status": "running", "reason": ""}
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_json(run_dir, meta)
-    keys = run_keys(cfg, scenario, variant, run_id, backend)
-    payload = {"cfg": meta["config"], "keys": keys}
+    payload = {"cfg": meta["config"], "keys": plan.run_keys(scenario, variant, run_id), "plan": plan.to_dict()}
     t0 = time.time()
     try:
-        result = launch(roles, entry, payload, backend=backend, backend_reason=why,
-                        run_dir=run_dir, hang_timeout_s=float(cfg.net.hang_timeout_s),
+        result = launch(plan.role_specs(), plan.entry, payload, backend=backend, backend_reason=why,
+                        run_dir=run_dir, hang_timeout_s=plan.hang_timeout_s,
                         progress=bool(cfg.progress))
         status, reason = result.status, result.reason
         extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or meta["capabilities"],

@@ -26,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.role import RoleContext
+from netem.names import NETNS_DIR
 
 
 def main(ctx: RoleContext) -> None:
@@ -151,7 +152,7 @@ def where(ctx: RoleContext, options: dict) -> None:
         links = sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
     _write(ctx, f"where-{ctx.role}", {
         "pid": os.getpid(), "ppid": os.getppid(), "links": links, "netns": ctx.netns,
-        "in_netns": ctx.netns is not None and os.stat(f"/var/run/netns/{ctx.netns}").st_ino == own,
+        "in_netns": ctx.netns is not None and os.stat(NETNS_DIR / ctx.netns).st_ino == own,
         "rank": os.environ.get("RANK"), "role_env": os.environ.get("NARROWBAND_ROLE"),
         "forked": "harness.role" not in " ".join(open("/proc/self/cmdline").read().split("\0")),
     })

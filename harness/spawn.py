@@ -3,7 +3,7 @@
 Why fork: every role imports torch, transformers and peft, about 5 s of CPU each; a federated
 run with a server and 3 clients on 2 cores spent ~12 s of its ~16 s importing. The launcher
 imports them once (``preload``) and forks one child per role. The child does what
-``ip netns exec NS`` does for the network (setns(2) into /var/run/netns/NS; the mount namespace
+``ip netns exec NS`` does for the network (setns(2) into netem.names.NETNS_DIR/NS; the mount namespace
 is left alone: nothing in a role reads /sys, counters come over netlink), starts its own
 session, asks for SIGKILL when the launcher dies, points stdout/stderr at its log, takes the
 role's environment and runs ``harness.role.main`` exactly as ``python -m harness.role`` would.

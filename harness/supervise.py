@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
+from harness.progress import frames
 
 from harness.role import HEARTBEAT_ENV, set_parent_death_signal
 from harness.spawn import ForkedProcess, fork_role
@@ -119,15 +120,19 @@ def watch(procs: list[RoleProcess], hang_timeout_s: float, startup_timeout_s: fl
     for proc in procs:
         selector.register(proc.beat_fd, selectors.EVENT_READ, proc)
     last_progress = time.monotonic()
-    bar = tqdm(total=len(procs), desc=f"{label}: starting roles", unit="role", disable=not progress,
+    bar = tqdm(total=len(procs), desc=f"{label}: starting roles", unit="role", disable=not frames(progress),
                leave=False, mininterval=1.0,    # roles joined, elapsed, each role's latest step
                bar_format="{desc}: {n_fmt}/{total_fmt} roles ready [{elapsed}]{postfix}")
+    announced = not progress or not bar.disable      # no terminal: one line when every role is ready
     try:
         while True:
             for key, _ in selector.select(timeout=0.1):
                 if _read_beats(key.data, selector):
                     last_progress = time.monotonic()
             _update_bar(bar, procs, label)
+            if not announced and all(p.ready for p in procs):
+                print(f"[narrowband] {label}: all {len(procs)} roles ready", flush=True)
+                announced = True
             failed = [p for p in procs if p.popen.poll() not in (None, 0) and not p.dropped]
             for proc in [p for p in failed if p.expendable]:
                 _drop(proc)

@@ -55,9 +55,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from harness.backends import TRANSPORT_BACKENDS as BACKENDS
 from harness.links import Flow, LinkTable, TokenBucket, chunk_bytes, framed_bytes
 
-BACKENDS = ("netem", "tc", "userspace", "model")
 MAGIC = 0x6E62_7764           # "nbwd"
 HEADER_WORDS = 6
 HEADER_BYTES = HEADER_WORDS * 8

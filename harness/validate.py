@@ -1,4 +1,9 @@
-"""Checks of user input, before any process or namespace is created.
+"""Field checks of user input and the command-line helpers, before anything is created.
+
+``validate(cfg)`` checks the values that need no other part of the harness (names, link
+specs, ranks, budgets, the backend on this machine); harness.plan.build_plan calls it first
+and then checks what the role processes would (sync, optimizer, compressor options, model,
+task, federated settings). Callers use build_plan: it is the one place a run is decided.
 
 Every failure is a ConfigError whose message names the key, the value and what is
 allowed, on one line; the app prints it and exits with status 2 (no traceback).
@@ -8,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness.backends import BACKENDS, KERNEL_BACKENDS, QDISC
 from harness.errors import ConfigError
 from harness.paths import scenario_names
 
 CONF = Path(__file__).parent / "conf"
 GROUPS = ("net", "model", "task", "compressor", "method")
-BACKENDS = ("auto", "netem", "tc", "userspace", "model")
 WIRE_DTYPES = ("bf16", "fp16", "int8", "fp32")
 NODE_KEYS = ("rate", "up", "down", "delay", "jitter", "loss", "queue")
 ONPOLICY_TASKS = ("distill", "reward")
@@ -72,22 +77,22 @@ def _check_backend(net: Any) -> None:
     from netem.shaping import check
     from netem.spec import LinkSpec, LinkSpecError, parse_loss, parse_rate
 
-    if net.backend in ("netem", "tc") and not may_admin_net():
+    if net.backend in KERNEL_BACKENDS and not may_admin_net():
         raise ConfigError(f"net.backend: {net.backend!r} needs root (CAP_NET_ADMIN) to create namespaces "
                           "and qdiscs; run as root or use net.backend=userspace (or auto)")
     base = {k: net[k] for k in NODE_KEYS}
     links = [(f"net.nodes[{i}]", {**base, **dict(node)}) for i, node in enumerate(net.nodes)] or [("net", base)]
     lossy = [(key, link["loss"]) for key, link in links if parse_loss(link["loss"], f"{key}.loss") > 0]
-    if not lossy and net.backend not in ("netem", "tc"):
+    if not lossy and net.backend not in KERNEL_BACKENDS:
         return
     caps = probe()
     backend = caps.best_backend() if net.backend == "auto" else net.backend
-    qdisc = {"netem": "netem", "tc": "tbf"}.get(net.backend)
+    qdisc = QDISC.get(net.backend)
     if qdisc and not (caps.netns and caps.qdiscs.get(qdisc)):
         why = caps.notes.get(qdisc if caps.netns else "netns", "not found")
         raise ConfigError(f"net.backend: {net.backend!r} needs network namespaces and sch_{qdisc}, which this "
                           f"machine lacks ({why}); use net.backend=auto (best here: {caps.best_backend()})")
-    if backend not in ("netem", "tc"):
+    if backend not in KERNEL_BACKENDS:          # (reached only with loss > 0 here)
         key, loss = lossy[0]
         raise ConfigError(f"{key}.loss: {loss!r} cannot be emulated on the {backend} backend (only kernel netem "
                           "drops packets); use loss 0% or net.backend=netem on a kernel with sch_netem")
@@ -101,7 +106,7 @@ def _check_backend(net: Any) -> None:
 
 
 def validate(cfg: Any) -> None:
-    """Raise ConfigError for the first bad value of a composed config (DictConfig or dict)."""
+    """Raise ConfigError for the first bad field of a composed config (DictConfig or dict); called by build_plan."""
     net, model, task, comp, method = cfg.net, cfg.model, cfg.task, cfg.compressor, cfg.method
     if net.backend not in BACKENDS:
         raise _allowed("net.backend", net.backend, BACKENDS)
@@ -136,8 +141,6 @@ def validate(cfg: Any) -> None:
         if model.name != "hf" and r > limit:
             raise ConfigError(f"{key}: {r} is larger than the smallest adapted layer dimension ({limit}); "
                               f"choose 1..{limit}")
-    from harness.tasks.targets import check_model   # model checks (branch wide)
-    check_model(model, dict(ranks))
     if comp.budget is not None and not (0 < float(comp.budget) <= 1):
         raise ConfigError(f"compressor.budget: {comp.budget!r} is outside (0, 1]; it is a fraction of the "
                           "bf16 adapter bytes, e.g. 0.016")
@@ -151,17 +154,10 @@ def validate(cfg: Any) -> None:
         if cfg.onpolicy.workers < 1 or cfg.onpolicy.steps < 1:
             raise ConfigError(f"onpolicy.workers / onpolicy.steps: {cfg.onpolicy.workers} / "
                               f"{cfg.onpolicy.steps}; both must be >= 1")
-        if method.name == "patch":
-            from harness.onpolicy.codec import check as check_codec
-
-            check_codec(method.codec, method.codec_level)
     elif method.kind == "federated":
-        from harness.federated.settings import from_cfg       # (it imports this module)
-
-        fed = cfg.federated
+        fed = cfg.federated          # every other federated.* and method knob: harness.plan.build_plan
         if task.name != "federated":
             raise _allowed(f"task.name (method {method.name} is federated)", task.name, ["federated"])
-        from_cfg(cfg)                                         # every federated.* and method knob
         if fed.clients > task.examples:
             raise ConfigError(f"federated.clients: {fed.clients} clients but only {task.examples} examples "
                               "(task.examples); each client needs data")

@@ -147,7 +147,8 @@ def _follow(server: subprocess.Popen, nbytes: int, progress: bool) -> dict:
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=nbytes, unit="B", unit_scale=True, desc="probe", leave=False)
+        bar = tqdm(total=nbytes, unit="B", unit_scale=True, desc="probe", leave=False,
+                   disable=not sys.stderr.isatty())   # frames only on a terminal (as harness.progress)
     try:
         for line in server.stdout:
             if line.startswith("progress "):

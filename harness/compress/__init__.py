@@ -32,7 +32,33 @@ from harness.compress.quant import Quant
 from harness.compress.sparsify import RandK, TopK
 from harness.compress.spar import Spar
 
-REGISTRY: dict[str, type[BaseCompressor]] = {c.name: c for c in (Identity, Spar, PowerSGD, TopK, RandK, Quant)}
+_NOT_COMPRESSORS = ("bench", "__main__")     # modules of this package that are entry points, not parts
+
+
+def _discover() -> dict[str, type[BaseCompressor]]:
+    """Every named BaseCompressor subclass defined in this package's modules.
+
+    A new compressor is one new module here (a BaseCompressor subclass with a ``name``) plus
+    one file conf/compressor/<name>.yaml; nothing else is edited (docs/interfaces.md).
+    """
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in _NOT_COMPRESSORS:
+            importlib.import_module(f"{__name__}.{info.name}")
+    found: dict[str, type[BaseCompressor]] = {}
+    todo = list(BaseCompressor.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if isinstance(cls.__dict__.get("name"), str) and cls.__module__.startswith(__name__ + "."):
+            found[cls.name] = cls
+    return found
+
+
+REGISTRY: dict[str, type[BaseCompressor]] = _discover()
+assert {Identity, Spar, PowerSGD, TopK, RandK, Quant} <= set(REGISTRY.values())
 NAMES = tuple(sorted(REGISTRY))
 
 __all__ = ["NAMES", "Compressor", "CompressorError", "ErrorFeedback", "Payload", "PayloadError", "build",

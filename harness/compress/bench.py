@@ -40,6 +40,7 @@ import torch
 
 from harness.compress import CompressorError, Payload, build
 from harness.compress.spar import spectra
+from harness.progress import frames
 
 BUDGETS = (0.005, 0.016, 0.05)
 VARIANTS: dict[str, dict] = {     # label -> build options (budget added per row)
@@ -95,7 +96,7 @@ def lora_gradients(steps: int = 50, warmup: int = 5, seed: int = 0, rank: int = 
     g = torch.Generator().manual_seed(seed)
     chain = torch.distributions.Dirichlet(torch.full((vocab,), 0.1)).sample((vocab,))  # bigram rows
     out = []
-    for step in tqdm(range(warmup + steps), desc="LoRA gradients", disable=not progress, leave=False):
+    for step in tqdm(range(warmup + steps), desc="LoRA gradients", disable=not frames(progress), leave=False):
         tokens = [torch.randint(0, vocab, (batch,), generator=g)]
         for _ in range(seq - 1):
             tokens.append(torch.multinomial(chain[tokens[-1]], 1, generator=g).squeeze(1))
@@ -266,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         ident = build("identity")
         ident_err = statistics.fmean(_norm(_diff(g, ident.decode(ident.encode(g)))) / _norm(g) for g in grads)
         rows = [evaluate(c, b, grads) for c, b in tqdm([(c, b) for b in budgets for c in labels],
-                                                       desc=f"compressors ({m})")]
+                                                       desc=f"compressors ({m})", disable=not frames())]
         for r in rows:
             r.model = m
         spectra_ms = time_spectra(grads[0])

@@ -1,7 +1,10 @@
 """Dataclass schemas of the Hydra config, registered in the ConfigStore.
 
-A typo in a key fails when the config is composed (struct mode); values are validated
-by `harness.validate` before any process or namespace is created.
+A typo in a key fails when the config is composed (struct mode); values are checked by
+`harness.plan.build_plan` (which calls `harness.validate`) before any process or namespace
+is created, and the roles receive the resulting RunPlan. The closed value sets are enums in
+the plan (harness.backends.Backend, harness.plan.MethodKind); the schema keeps plain strings
+so that a bad value gets the project's one-line error rather than OmegaConf's.
 
 Ownership of sections (one concept each): net = emulated links, model = base model and
 LoRA, task = what is learned, compressor = how a gradient/delta is squeezed,

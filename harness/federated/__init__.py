@@ -1,5 +1,15 @@
 """Federated LoRA: SPRA-LoRA and its baselines (ffa, fedit, flora, hetlora, flexlora).
 
+roles.py       entry of every role process (rank 0 server, rank k client k-1; harness.run launches it)
+settings.py    Settings: every federated knob, checked once by the planner, sent to the roles
+server.py      the round loop: select, send, collect (fan-out per client), aggregate, evaluate
+client.py      local training of one client per round, its upload
+party.py       what server and clients build alike: adapter, task, bases, merges
+methods.py     the methods (spra, ffa, fedit, flora, hetlora, flexlora): METHODS registry, build()
 aggregate.py   pure aggregators over (tensors, weight) lists
-projection.py  SPRA's seeded shared projection, merge-and-reset, rank-aware learning rate
+adapter.py     a PeftModel seen as coefficients in a shared basis (what parties exchange)
+projection.py  SPRA's seeded shared projection, merge-and-reset, rank-aware learning rate, checksum
+messages.py    DownMsg / UpMsg: what goes over the wire each round
+codec.py       their sealed byte format (CRC32)
+snr.py         the gradient SNR study (python -m harness.federated.snr), an entry point
 """

@@ -20,15 +20,15 @@ from typing import Any
 
 import torch
 
+from harness import optim
 from harness.federated.messages import DownMsg, UpMsg
 from harness.federated.methods import fresh_basis
 from harness.federated.party import Bases, Party, apply_merge, sync_device, weight_of
 
 
 def make_optimizer(params: list, name: str, lr: float, momentum: float) -> torch.optim.Optimizer:
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum)
+    """The client's fresh optimizer of a round (harness.optim's factory; no weight decay)."""
+    return optim.make_optimizer(params, name, lr, momentum=momentum, key="federated.optimizer")
 
 
 class Client:

@@ -34,6 +34,8 @@ from typing import Iterable, Mapping
 import torch
 from torch import Tensor
 
+from harness.digest import state_checksum
+
 LR_RULES = ("linear", "sqrt", "const")
 
 
@@ -86,14 +88,9 @@ def merge(weight: Tensor, c: Tensor, z: Tensor) -> None:
 
 
 def checksum(tensors: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]) -> str:
-    """SHA-256 (hex, first 16 chars) over names, shapes, dtypes and bytes, in name order."""
+    """harness.digest.state_checksum in name order, first 16 hex chars."""
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
-    h = hashlib.sha256()
-    for name, t in sorted(items, key=lambda kv: kv[0]):
-        t = t.detach().contiguous().cpu()
-        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()[:16]
+    return state_checksum(sorted(items, key=lambda kv: kv[0]))[:16]
 
 
 def rank_lr(lr_ref: float, rank: int, r_ref: int, rule: str) -> float:

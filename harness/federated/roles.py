@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.federated import methods
 from harness.federated.party import build_party
-from harness.federated.settings import from_cfg
+from harness.federated.settings import Settings, from_cfg
 from harness.tasks.cache import ensure_pretrained
 
 # Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
@@ -23,7 +23,8 @@ def main(ctx: Any) -> None:
     """Run the server (rank 0) or client ``rank - 1`` of the configured federated method."""
     from harness.federated import client, server
 
-    settings = from_cfg(ctx.cfg)
+    plan = getattr(ctx, "plan", None)             # the launcher's RunPlan (dict); a bare config in tests
+    settings = Settings.from_dict(plan["federated"]) if plan else from_cfg(ctx.cfg)
     if ctx.world_size != settings.clients + 1:
         raise ValueError(f"federated.clients: {settings.clients} clients need {settings.clients + 1} processes, "
                          f"the cluster has {ctx.world_size}")

@@ -20,11 +20,11 @@ and projection matched the server's checksum), period, merges, selected, dropped
 """
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.fanout import fan_out
 from harness.federated.messages import DownMsg, UpMsg
 from harness.federated.methods import Merge, Method, Update
 from harness.federated.party import Bases, Party, apply_merge
@@ -101,20 +101,8 @@ def _recv_all(channel: Any, ranks: list[int], tag: str) -> dict[int, Any]:
 
 
 def _per_peer(job, ranks: list[int]) -> dict[int, Any]:
-    results: dict[int, Any] = {}
-
-    def run(r: int) -> None:
-        try:
-            results[r] = job(r)
-        except Exception as err:  # noqa: BLE001 - a failed peer is data for the drop policy
-            results[r] = err
-
-    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in ranks]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return results
+    """``job(r)`` for every rank at once; a failed peer's exception is its result (drop policy data)."""
+    return dict(zip(ranks, fan_out([lambda r=r: job(r) for r in ranks], capture=True, name="peer")))
 
 
 @dataclass

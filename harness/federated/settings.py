@@ -1,13 +1,15 @@
 """The federated run's knobs, read once from the resolved config and checked.
 
-Every party builds the same :class:`Settings` from the same config, so client ranks,
-sampling, learning rates and the projection seed agree without being sent.
+The launcher builds :class:`Settings` once (``from_cfg``, inside harness.plan.build_plan)
+and every party receives it serialised in the RunPlan (``to_dict``/``from_dict``), so
+client ranks, sampling, learning rates and the projection seed agree by construction and
+no role re-reads the config with defaults.
 """
 from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from harness.federated.methods import METHODS
@@ -38,6 +40,15 @@ class Settings:
     seed: int
     fault_drop_round: int        # tests: this round, client fault_drop_client stops answering
     fault_drop_client: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (what the launcher sends the roles inside the RunPlan)."""
+        return {**asdict(self), "ranks": list(self.ranks)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
+        """The inverse of :meth:`to_dict` (no defaults restated: every field must be there)."""
+        return cls(**{**dict(data), "ranks": tuple(int(r) for r in data["ranks"])})
 
     @property
     def r_max(self) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
+from harness.progress import frames
 
 from harness.federated.projection import client_a, draw
 from harness.paths import results_root
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--draws {args.draws} must be >= 2 and --ranks {args.ranks} >= 1")
     grads = task_gradients(args.overrides, args.modules, args.seed)
     rows = []
-    for module, g in tqdm(grads.items(), desc="snr", unit="module", disable=args.json):
+    for module, g in tqdm(grads.items(), desc="snr", unit="module", disable=not frames(not args.json)):
         if max(args.ranks) > min(g.shape):
             parser.error(f"--ranks: {max(args.ranks)} exceeds {module}'s smallest dimension {min(g.shape)}")
         rows += measure(g, module, args.ranks, args.draws, args.seed)

@@ -77,7 +77,7 @@ from typing import Any, Callable
 import torch
 
 from harness.onpolicy.mismatch import policy_kl, swapped
-from harness.onpolicy.setup import Setup, build_setup, inject_fault
+from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan
 from harness.tasks.cache import ensure_pretrained
 
 # Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
@@ -136,7 +136,8 @@ def main(ctx) -> None:
     ensure_pretrained(ctx.cfg, ctx.rank, beat=getattr(ctx, "progress", lambda: None))
     ctx.channel.barrier()
     t1 = _now()
-    setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device)
+    setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device,
+                        plan=role_plan(ctx.cfg, getattr(ctx, "plan", None)))
     t2 = _now()
     (run_learner if ctx.rank == 0 else run_worker)(ctx, setup)
     print(f"[onpolicy] {ctx.role}: pretrained models ready {t1 - t0:.1f} s, setup {t2 - t1:.1f} s, "
@@ -169,8 +170,8 @@ def _verify(ctx, s: Setup, checksums: dict[int, str], tag: str) -> Verdict:
 
 
 def run_learner(ctx, s: Setup) -> None:
-    op = s.cfg["onpolicy"]
-    steps, every = int(op["steps"]), int(s.cfg["method"].get("verify_every", 1))
+    op = s.plan
+    steps, every = op.steps, op.verify_every
     acks, _ = ctx.channel.gather(None, "verify/init")
     init = _verify(ctx, s, {r: unframe(a)[0]["checksum"] for r, a in acks.items()}, "resync/init")
     if not init.in_sync:
@@ -188,9 +189,9 @@ def run_learner(ctx, s: Setup) -> None:
         expected = s.sync.expected_checksum() if verify_due(step, every) else None
         if step == 0:
             row["init_in_sync"] = init.in_sync
-        if op.get("policy_kl", True):
+        if op.policy_kl:
             row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_view(), rollouts)
-        if eval_due(step, int(op["eval_every"]), steps):
+        if eval_due(step, op.eval_every, steps):
             t0 = _now()
             row.update(evaluate(s, last=step == steps - 1))
             row["eval_s"] = _now() - t0
@@ -225,7 +226,7 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None
     workers' states after the previous update matched ``expected``: None if not verified)."""
     from harness.tasks import Rollouts
 
-    ch, op = ctx.channel, s.cfg["onpolicy"]
+    ch = ctx.channel
     wire0, t0 = ctx.wire(), _now()
     parts, ups = ch.gather(None, f"rollouts/{step}")
     t1 = _now()
@@ -237,7 +238,7 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None
     s.policy.train()
     loss, metrics = s.task.loss(s.policy, rollouts)
     loss.backward()
-    grad_norm = _clip(s, float(op.get("clip_norm", 0.0)))
+    grad_norm = _clip(s, s.plan.clip_norm)
     t2 = _now()
     update = s.sync.step(step, defer=True)
     message = (_RESYNC if bad else _OK) + update.payload
@@ -331,8 +332,8 @@ class Background:
 
 
 def run_worker(ctx, s: Setup) -> None:
-    op, task_cfg, ch = s.cfg["onpolicy"], s.cfg["task"], ctx.channel
-    steps, every = int(op["steps"]), int(s.cfg["method"].get("verify_every", 1))
+    task_cfg, ch = s.cfg["task"], ctx.channel
+    steps, every = s.plan.steps, s.plan.verify_every
     shards, shard = ctx.world_size - 1, ctx.rank - 1
     device = next(iter(s.replica.params.values())).device
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")

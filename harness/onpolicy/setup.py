@@ -1,5 +1,11 @@
-"""What every on-policy role builds from the run config: the policy (student base + LoRA),
-its replica (adapter tensors + optimizer where needed), the task, and its side of the sync.
+"""What every on-policy role builds: its settings (checked once, in the launcher), the policy
+(student base + LoRA), its replica (adapter tensors + optimizer where needed), the task and
+its side of the sync.
+
+:class:`OnPolicyPlan` is the on-policy part of the run's RunPlan (harness/plan.py): the
+launcher builds it once with :func:`plan_from_cfg` (every knob a role used to check, checked
+before any namespace or process exists) and the roles receive it serialised
+(``to_dict``/``from_dict``), so no role re-reads the config with defaults.
 
 Every process builds the adapter from the same seed (``seed``), so all replicas start
 identical; the loop checks that before the first update. The learner alone loads the
@@ -8,16 +14,131 @@ replays steps (hilo).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
 
+from harness.errors import ConfigError
 from harness.onpolicy import sync as syncs
-from harness.onpolicy.state import Replica, SyncError, adapter_params, flip_bit, make_optimizer
+from harness.optim import OPTIMIZERS
+from harness.onpolicy.state import WIRE_DTYPES, Replica, adapter_params, flip_bit, make_optimizer
+
+FLIP_TARGETS = ("param", "exp_avg")
+
+
+@dataclass(frozen=True)
+class CompressorPlan:
+    """The compressor section as :func:`harness.compress.build` takes it (dry-built by the planner)."""
+    name: str
+    budget: float | None             # fraction of the bf16 bytes of what is encoded
+    budget_bytes: int | None         # absolute budget (bytes); wins over budget
+    dtype: str                       # factor / value dtype on the wire
+    seed: int
+    options: dict                    # compressor-specific extras, checked against build()'s options
+    error_feedback: bool             # where the residual lives is the sync method's choice
+
+    def build(self) -> Any:
+        """A fresh compressor without its own error feedback (the sync method wraps it)."""
+        from harness.compress import build
+
+        return build(self.name, budget=self.budget, budget_bytes=self.budget_bytes, dtype=self.dtype,
+                     seed=self.seed, options=dict(self.options), error_feedback=False)
+
+
+@dataclass(frozen=True)
+class OnPolicyPlan:
+    """The on-policy knobs of one run, resolved and checked (units: lr per step, clip_norm L2)."""
+    method: str                      # one of harness.onpolicy.sync.METHODS
+    workers: int
+    steps: int                       # updates
+    training_rank: int               # LoRA rank trained (method.rank wins over model.rank)
+    prompt_batch: int                # prompts per update, sharded over the workers
+    lr: float
+    optimizer: str                   # one of OPTIMIZERS
+    weight_decay: float
+    clip_norm: float                 # 0: off
+    eval_every: int
+    sync_seed: int
+    sync_dtype: str                  # full_sync / lowrank wire dtype
+    verify_every: int                # 0: never
+    policy_kl: bool
+    seed: int                        # adapter init and prompts; the same in every role by design
+    fault_flip_step: int             # tests only: -1 never
+    fault_flip_worker: int
+    fault_flip_target: str
+    compressor: CompressorPlan | None   # delta / hilo only
+    codec: str = "zstd"              # patch: byte codec of the sparse bf16 patch
+    codec_level: int = 3             # patch: zstd level
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "OnPolicyPlan":
+        comp = data["compressor"]
+        return cls(**{**dict(data), "compressor": CompressorPlan(**comp) if comp is not None else None})
+
+
+def _allowed(key: str, value: Any, allowed) -> ConfigError:
+    return ConfigError(f"{key}: {value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
+
+
+def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
+    """The OnPolicyPlan of a composed config; ConfigError (one line: key, value, allowed) on a bad knob."""
+    method, op, task, comp = cfg["method"], cfg["onpolicy"], cfg["task"], cfg["compressor"]
+    name = str(method["name"])
+    if name not in syncs.METHODS:
+        raise _allowed("method.name", name, syncs.METHODS)
+    workers, steps = int(op["workers"]), int(op["steps"])
+    if workers < 1 or steps < 1:
+        raise ConfigError(f"onpolicy.workers / onpolicy.steps: {workers} / {steps}; both must be >= 1")
+    if int(task["prompt_batch"]) < workers:
+        raise ConfigError(f"task.prompt_batch: {task['prompt_batch']} prompts cannot be sharded over {workers} "
+                          f"workers (onpolicy.workers); use prompt_batch >= workers")
+    if op["optimizer"] not in OPTIMIZERS:
+        raise _allowed("onpolicy.optimizer", op["optimizer"], OPTIMIZERS)
+    if method["sync_dtype"] not in WIRE_DTYPES:
+        raise _allowed("method.sync_dtype", method["sync_dtype"], WIRE_DTYPES)
+    if op["fault_flip_target"] not in FLIP_TARGETS:
+        raise _allowed("onpolicy.fault_flip_target", op["fault_flip_target"], FLIP_TARGETS)
+    for key in ("lr", "weight_decay", "clip_norm"):
+        if not float(op[key]) >= 0:
+            raise ConfigError(f"onpolicy.{key}: {op[key]!r} must be >= 0")
+    for key, value in (("onpolicy.eval_every", op["eval_every"]), ("method.verify_every", method["verify_every"])):
+        if int(value) < 0:
+            raise ConfigError(f"{key}: {value!r} must be >= 0 (0: never)")
+    compressor = None
+    if name in syncs.USES_COMPRESSOR:
+        compressor = CompressorPlan(
+            name=str(comp["name"]), budget=None if comp["budget"] is None else float(comp["budget"]),
+            budget_bytes=None if comp["budget_bytes"] is None else int(comp["budget_bytes"]),
+            dtype=str(comp["dtype"]), seed=int(comp["seed"]), options=dict(comp["options"] or {}),
+            error_feedback=bool(comp["error_feedback"]))
+        from harness.compress import CompressorError
+
+        try:
+            compressor.build()                  # dry build: unknown options, budgets, dtypes fail here
+        except CompressorError as err:
+            raise ConfigError(str(err).splitlines()[0]) from None
+    if name == "patch":
+        from harness.onpolicy.codec import check as check_codec
+
+        check_codec(method["codec"], method["codec_level"])
+    return OnPolicyPlan(
+        method=name, workers=workers, steps=steps,
+        training_rank=int(method["rank"] if method["rank"] is not None else cfg["model"]["rank"]),
+        prompt_batch=int(task["prompt_batch"]), lr=float(op["lr"]), optimizer=str(op["optimizer"]),
+        weight_decay=float(op["weight_decay"]), clip_norm=float(op["clip_norm"]), eval_every=int(op["eval_every"]),
+        sync_seed=int(op["sync_seed"]), sync_dtype=str(method["sync_dtype"]),
+        verify_every=int(method["verify_every"]), policy_kl=bool(op["policy_kl"]), seed=int(cfg["seed"]),
+        fault_flip_step=int(op["fault_flip_step"]), fault_flip_worker=int(op["fault_flip_worker"]),
+        fault_flip_target=str(op["fault_flip_target"]), compressor=compressor,
+        codec=str(method["codec"]), codec_level=method["codec_level"])
 
 
 @dataclass
 class Setup:
-    cfg: dict                     # the resolved run config (plain dict)
+    cfg: dict                     # the resolved run config (plain dict): model and task sections
+    plan: OnPolicyPlan
     policy: Any                   # peft.PeftModel
     replica: Replica
     task: Any                     # harness.tasks OnPolicyTask
@@ -26,37 +147,18 @@ class Setup:
     seed: int
 
 
-def compressor_factory(comp: dict) -> Callable[[], Any]:
-    """A function building the configured compressor, without error feedback (the sync method
-    decides where a residual lives); every process calls it alike."""
-    from harness.compress import build_from_config
-
-    return lambda: build_from_config({**comp, "error_feedback": False})
-
-
-def training_rank(cfg: dict) -> int:
-    """method.rank (lowrank) wins over model.rank."""
-    return int(cfg["method"].get("rank") or cfg["model"]["rank"])
-
-
-def build_setup(cfg: dict, role: str, device: str = "cpu") -> Setup:
-    """Build ``role`` ("learner" | "worker") from the config on ``device``."""
+def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | None = None) -> Setup:
+    """Build ``role`` ("learner" | "worker") on ``device`` from the plan (default: planned from ``cfg``)."""
     from harness.tasks import build_task, build_tokenizer, load_base, make_lora
 
-    method, model_cfg, task_cfg, op = cfg["method"], cfg["model"], cfg["task"], cfg["onpolicy"]
-    seed = int(cfg.get("seed", 0))
-    name = method["name"]
-    if name not in syncs.METHODS:
-        raise SyncError(f"method.name: {name!r} is not an on-policy method; use one of {', '.join(syncs.METHODS)}")
-    if int(task_cfg["prompt_batch"]) < int(op["workers"]):
-        raise SyncError(f"task.prompt_batch: {task_cfg['prompt_batch']} prompts cannot be sharded over "
-                        f"{op['workers']} workers (onpolicy.workers); use prompt_batch >= workers")
+    plan = plan or plan_from_cfg(cfg)
+    model_cfg, task_cfg = cfg["model"], cfg["task"]
     learner = role == "learner"
     tokenizer = build_tokenizer(model_cfg)
     base = load_base("student", model_cfg, task_cfg)
-    policy = make_lora(base, rank=training_rank(cfg), alpha=model_cfg.get("alpha"),
+    policy = make_lora(base, rank=plan.training_rank, alpha=model_cfg.get("alpha"),
                        targets=list(model_cfg["targets"]), init=model_cfg.get("lora_init", "default"),
-                       seed=seed).to(device)
+                       seed=plan.seed).to(device)
     if task_cfg["name"] == "distill" and not learner:
         from harness.tasks import OnPolicyTask   # workers only sample: no teacher needed
 
@@ -66,21 +168,27 @@ def build_setup(cfg: dict, role: str, device: str = "cpu") -> Setup:
         task = build_task(task_cfg, tokenizer, teacher=teacher)
     params = adapter_params(policy)
     optimizer = None
-    if learner or syncs.worker_needs_optimizer(name):
-        optimizer = make_optimizer(params, op["optimizer"], float(op["lr"]), float(op["weight_decay"]))
+    if learner or syncs.worker_needs_optimizer(plan.method):
+        optimizer = make_optimizer(params, plan.optimizer, plan.lr, plan.weight_decay)
     replica = Replica(params, optimizer)
-    comp = cfg["compressor"]
-    side = syncs.build(name, role, replica, sync_dtype=method.get("sync_dtype", "bf16"),
-                       compressor_factory=compressor_factory(comp) if name in ("delta", "hilo") else None,
-                       error_feedback=bool(comp.get("error_feedback", True)),
-                       codec=str(method.get("codec", "zstd")), codec_level=int(method.get("codec_level", 3)))
-    return Setup(cfg, policy, replica, task, side, name, seed)
+    comp = plan.compressor
+    side = syncs.build(plan.method, role, replica, sync_dtype=plan.sync_dtype,
+                       compressor_factory=comp.build if comp is not None else None,
+                       error_feedback=comp.error_feedback if comp is not None else True,
+                       codec=plan.codec, codec_level=plan.codec_level)
+    return Setup(cfg, plan, policy, replica, task, side, plan.method, plan.seed)
+
+
+def role_plan(cfg: Mapping[str, Any], plan: Mapping[str, Any] | None) -> OnPolicyPlan:
+    """The OnPolicyPlan a role received (``plan``: the RunPlan's dict), or one planned from ``cfg``
+    when the payload carries none (a role started by a test with a bare config)."""
+    return OnPolicyPlan.from_dict(plan["onpolicy"]) if plan else plan_from_cfg(cfg)
 
 
 def inject_fault(setup: Setup, worker: int, step: int) -> str | None:
     """Test-only fault (onpolicy.fault_flip_*): flip one bit of worker ``worker``'s state (role
     worker<i>) after it applied update ``step``. Returns what was flipped, or None."""
-    op = setup.cfg["onpolicy"]
-    if int(op.get("fault_flip_step", -1)) == step and int(op.get("fault_flip_worker", 1)) == worker:
-        return flip_bit(setup.replica, str(op.get("fault_flip_target", "param")))
+    p = setup.plan
+    if p.fault_flip_step == step and p.fault_flip_worker == worker:
+        return flip_bit(setup.replica, p.fault_flip_target)
     return None

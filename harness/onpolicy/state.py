@@ -18,7 +18,6 @@ Invariants:
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import struct
 from dataclasses import dataclass
@@ -27,11 +26,12 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
+from harness import optim
+from harness.digest import raw_bytes as _raw, state_checksum
 from harness.sealed import CRC_NBYTES, seal, unseal
 
 WIRE_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16,
                                        "fp32": torch.float32}
-OPTIMIZERS = ("adamw", "adam", "sgd")
 _MAGIC = b"NBFS"
 _HEADER = struct.Struct("<4sBBHQI")  # magic, version, dtype code, reserved, elements, tensors
 _DTYPE_CODES = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
@@ -72,24 +72,9 @@ def wire_dtype(name: str, key: str = "method.sync_dtype") -> torch.dtype:
 
 def make_optimizer(params: Mapping[str, nn.Parameter], name: str = "adamw", lr: float = 1e-3,
                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """The optimizer every replica builds the same way (same class, hyperparameters, order).
-
-    ``foreach=False``: the per-tensor loop is the same arithmetic on every device type, which
-    keeps a learner and its workers bit-identical where a fused kernel might not be.
-    """
-    plist = list(params.values())
-    if name == "adamw":
-        return torch.optim.AdamW(plist, lr=lr, weight_decay=weight_decay, foreach=False)
-    if name == "adam":
-        return torch.optim.Adam(plist, lr=lr, weight_decay=weight_decay, foreach=False)
-    if name == "sgd":
-        return torch.optim.SGD(plist, lr=lr, weight_decay=weight_decay, foreach=False)
-    raise SyncError(f"onpolicy.optimizer: {name!r} is not known; use one of {', '.join(OPTIMIZERS)}")
-
-
-def _raw(t: Tensor) -> memoryview:
-    t = t.detach().reshape(-1).contiguous().cpu()
-    return memoryview(t.view(torch.uint8).numpy())
+    """The optimizer every replica builds the same way (harness.optim.make_optimizer over the
+    adapter tensors in order); an unknown name is a ConfigError naming onpolicy.optimizer."""
+    return optim.make_optimizer(params.values(), name, lr, weight_decay)
 
 
 def optimizer_tensors(params: Mapping[str, Tensor],
@@ -109,12 +94,7 @@ def optimizer_tensors(params: Mapping[str, Tensor],
 
 def checksum(params: Mapping[str, Tensor], optimizer: torch.optim.Optimizer | None = None) -> str:
     """Hex SHA-256 of the adapter tensors and then the optimizer state (see module docstring)."""
-    h = hashlib.sha256()
-    items = list(params.items()) + list(optimizer_tensors(params, optimizer))
-    for label, t in items:
-        h.update(f"{label}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(_raw(t))
-    return h.hexdigest()
+    return state_checksum(list(params.items()) + list(optimizer_tensors(params, optimizer)))
 
 
 def pack_flat(tensors: list[Tensor], dtype: torch.dtype) -> bytes:

@@ -37,6 +37,7 @@ from harness.onpolicy.state import (Replica, SyncError, checksum, load_state, pa
                                     pack_state, unpack_flat, wire_dtype)
 
 METHODS = ("full_sync", "lowrank", "delta", "hilo", "patch")
+USES_COMPRESSOR = ("delta", "hilo")          # methods that ship compressed tensors (compressor.*)
 
 
 @dataclass

@@ -170,6 +170,7 @@ def pretrain(model, tok: Tokenizer, lang: Arithmetic, *, steps: int, batch: int,
     (``Arithmetic.naive_answers``) instead of the true one.
     """
     from tqdm import tqdm
+    from harness.progress import frames
 
     gen = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -183,7 +184,7 @@ def pretrain(model, tok: Tokenizer, lang: Arithmetic, *, steps: int, batch: int,
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     model.train()
     loss_value = float("nan")
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False, mininterval=0.5)
+    bar = tqdm(range(steps), desc=desc, disable=not frames(progress), leave=False, mininterval=0.5)
     for i in bar:
         problems = lang.sample("train", batch, gen)
         values = lang.answers(problems)

@@ -48,12 +48,13 @@ def train(task, policy, steps: int, lr: float, seed: int, desc: str, every: int 
     gradient norm clipped at 1). Returns the accuracy curve [[update, accuracy], ...] taken
     every ``every`` updates (0: none)."""
     from tqdm import tqdm
+    from harness.progress import frames
 
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
     curve: list[list[float]] = []
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
+    bar = tqdm(range(steps), desc=desc, disable=not frames(progress), leave=False)
     for step in bar:
         if every and step % every == 0:
             curve.append([step, task.evaluate(policy, eval_n)["accuracy"]])

@@ -127,9 +127,13 @@ def check_model(model_cfg: Mapping, ranks: Mapping[str, Any] | None = None) -> l
     """Check ``model.targets`` (and the ranks) against the model's skeleton; return the resolved
     target suffixes. ``ranks``: config key -> LoRA rank to check against the smallest adapted
     dimension (default ``{"model.rank": model.rank}``). One-line ConfigError on failure."""
-    from harness.tasks.models import plain
+    from harness.tasks.models import LORA_INITS, model_dtype, plain
 
     cfg = plain(model_cfg)
+    model_dtype(cfg)                          # model.dtype: one of DTYPES
+    init = cfg.get("lora_init", "default")
+    if init not in LORA_INITS:
+        raise ConfigError(f"model.lora_init: {init!r} is not allowed; choose one of {', '.join(LORA_INITS)}")
     model = skeleton(cfg)
     chosen = resolve_targets(model, cfg.get("targets"))
     layers = {n: s for n, s in adaptable_layers(model).items() if n.split(".")[-1] in chosen}

@@ -110,7 +110,9 @@ def test_userspace_paces_each_link_direction():
 
     transfer = run_ranks(links, "userspace", body)[1]
     assert transfer.ideal_s == pytest.approx(0.4)
-    assert 0.85 <= transfer.seconds / transfer.ideal_s <= 1.3, transfer
+    # lower bound only: a token bucket cannot deliver faster than its rate (minus one burst); how
+    # close to ideal it gets is a figure, in tests/benchmarks/test_pacing.py, not a default-tier window
+    assert transfer.seconds / transfer.ideal_s >= 0.85, transfer
 
 
 def test_userspace_hub_uplink_is_shared_by_a_broadcast():
@@ -123,7 +125,7 @@ def test_userspace_hub_uplink_is_shared_by_a_broadcast():
     results = run_ranks(links, "userspace", body)
     slowest = max(r[0].seconds for r in results[1:])
     assert results[1][0].ideal_s == pytest.approx(0.3)
-    assert 0.85 <= slowest / 0.3 <= 1.35, slowest
+    assert slowest / 0.3 >= 0.85, slowest                 # shared uplink: never faster than 3 payloads' time
 
 
 def test_world_of_one_does_nothing():

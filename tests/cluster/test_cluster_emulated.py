@@ -26,7 +26,8 @@ from netem.spec import LinkSpec
 pytestmark = [pytest.mark.emulated, pytest.mark.e2e]
 NBYTES = 40_000
 TEN = LinkSpec(rate_bps=10e6)
-KILL_BOUND_S = 20.0            # from SIGKILL of a child to launch() returning
+KILL_BOUND_S = 50.0            # from SIGKILL of a child to launch() returning: below the 60 s hang timeout,
+                               # so passing shows the watchdog (not the hang path) ended the run; not a speed
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_broadcast_through_10mbit_downlinks_takes_bytes_over_rate(downlink_run):
           f"(ideal {records[0]['ideal_s']:.2f} s; seconds {[round(r['seconds'], 3) for r in records]}); "
           f"payload {records[0]['payload_bytes']} B, wire rx {records[0]['wire_bytes_rx']} B, overhead x{overhead:.3f}")
     assert records[0]["ideal_s"] == pytest.approx(1.6)
-    assert 0.85 <= ratio <= 1.15
+    assert ratio >= 0.85        # tbf cannot beat its rate; the upper figure is a benchmark (test_wire)
     assert 1.0 < overhead < 1.15
 
 
@@ -137,7 +138,7 @@ def test_broadcast_through_a_10mbit_hub_uplink_takes_n_times_longer(uplink_run):
           f"(ideal {records[0]['ideal_s']:.2f} s = 3 x 1.2 s; seconds {[round(r['seconds'], 3) for r in records]}); "
           f"payload {records[0]['payload_bytes']} B, hub wire tx {records[0]['hub_wire_tx']} B, overhead x{overhead:.3f}")
     assert records[0]["ideal_s"] == pytest.approx(3.6)
-    assert 0.85 <= ratio <= 1.15
+    assert ratio >= 0.85        # tbf cannot beat its rate; the upper figure is a benchmark (test_wire)
     assert 1.0 < overhead < 1.15
 
 

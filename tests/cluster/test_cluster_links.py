@@ -85,7 +85,8 @@ def test_token_bucket_paces_to_its_rate_and_shares_it():
     for _ in range(40):
         bucket.take(8_000)
     elapsed = time.monotonic() - start
-    assert 0.7 <= elapsed <= 1.2, elapsed
+    assert elapsed >= 0.7, elapsed                 # (320 kB - one 8 kB burst) / 400 kB/s = 0.78 s at least;
+    # no upper bound: a loaded machine may only add time (the pacing figure is in tests/benchmarks/test_pacing.py)
     # two reservations booked back to back: the second waits for the first
     bucket = TokenBucket(rate_Bps=1_000_000, burst=10_000)
     assert bucket.reserve(10_000) == 0.0

@@ -54,7 +54,10 @@ def test_the_killed_child_is_blamed_not_its_victims(tmp_path):
         beat('ready\\n'); import time; time.sleep(0.3)
         print('RuntimeError: Connection closed by peer'); raise SystemExit(1)""")
     killed = child(tmp_path, "killed", 1, "beat('ready\\n'); import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
-    time.sleep(1.0)                                   # both are dead before the parent looks
+    deadline = time.monotonic() + 60                  # both are dead before the parent looks (no fixed sleep:
+    while not (gone(victim.popen.pid) and gone(killed.popen.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)                              # a loaded machine may start them slowly)
+    assert gone(victim.popen.pid) and gone(killed.popen.pid)
     try:
         status, reason = watch([victim, killed], hang_timeout_s=20, startup_timeout_s=20, progress=False)
     finally:
@@ -64,14 +67,12 @@ def test_the_killed_child_is_blamed_not_its_victims(tmp_path):
 
 def test_silence_is_a_hang(tmp_path):
     procs = [child(tmp_path, "quiet", 0, "beat('ready\\n'); import time; time.sleep(60)")]
-    start_s = time.monotonic()
     try:
         status, reason = watch(procs, hang_timeout_s=0.5, startup_timeout_s=0.5, progress=False)
     finally:
         stop_all(procs)
     assert status == "failed" and reason.startswith("hang: no progress from any role")
     assert "quiet 'ready'" in reason
-    assert time.monotonic() - start_s < 10
     assert gone(procs[0].popen.pid)
 
 
@@ -90,7 +91,7 @@ def test_children_die_with_a_parent_killed_by_sigkill(tmp_path):
         assert not gone(pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60          # a bound on waiting, not a timing assertion
         while not gone(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert gone(pid), "PR_SET_PDEATHSIG did not stop the child"
@@ -104,8 +105,7 @@ def test_children_started_while_signals_are_held_still_stop_on_sigterm(tmp_path)
         proc = child(tmp_path, "sleeper", 0, "import time; time.sleep(60)")
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    time.sleep(0.5)
-    start_s = time.monotonic()
     stop_all([proc])
+    # SIGTERM itself ended it (stop_all escalates to SIGKILL only for a child that ignores SIGTERM,
+    # which a child that inherited the blocked mask would): the behaviour, without a wall-clock window
     assert proc.popen.returncode == -signal.SIGTERM
-    assert time.monotonic() - start_s < 2

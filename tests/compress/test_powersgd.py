@@ -108,8 +108,14 @@ def test_reconstruction_matches_torch_powersgd_hook(hook_steps, rank):
         assert payload.info["rank"] == rank
         ours = comp.last_decoded
         for name in inputs:
-            assert torch.allclose(ours[name], hook_out[name], rtol=1e-4, atol=1e-6), (step, name)
-        assert rel_error(hook_out, ours) < 1e-5
+            # Relative to the tensor's norm, not elementwise: both sides are fp32 power iterations
+            # whose matmul reductions run in a thread- and blocking-dependent order (the hook in a
+            # spawned child, ours here), so single elements differ in the 6th digit between runs.
+            # 1e-4 of the norm is ~100x that float noise and ~10x below the compression error
+            # asserted above (> 1e-3), so a wrong projection or Q still fails.
+            diff = float((ours[name].double() - hook_out[name].double()).norm())
+            assert diff <= 1e-4 * float(hook_out[name].double().norm()), (step, name, diff)
+        assert rel_error(hook_out, ours) < 1e-4
 
 
 def test_warm_start_improves_a_fixed_matrix_toward_its_best_rank_k():

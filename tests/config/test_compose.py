@@ -1,16 +1,18 @@
-"""Composed tier: every scenario (and each of its variants) composes and validates,
+"""Composed tier: every scenario (and each of its variants) composes and plans,
 and bad input fails with one line naming the key, the value and what is allowed."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
 from harness.paths import scenario_names
-from harness.run import _merge_overrides, compose_config, role_specs, run_id_of
 from harness.errors import ConfigError
-from harness.validate import group_options, validate
+from harness.plan import RunPlan, build_plan
+from harness.run import _merge_overrides, compose_config, run_id_of
+from harness.validate import group_options
 
 
 @pytest.mark.parametrize("scenario", scenario_names())
@@ -20,8 +22,9 @@ def test_every_scenario_and_variant_composes_and_validates(scenario):
     ids = set()
     for name, extra in variants.items():
         vcfg = compose_config(_merge_overrides([f"scenario={scenario}"], list(extra)))
-        validate(vcfg)
-        assert role_specs(vcfg), name
+        plan = build_plan(vcfg)
+        assert plan.role_specs() and plan.roles[0].rank == 0, name
+        assert RunPlan.from_dict(plan.to_dict()) == plan, name       # what the roles receive is the plan
         ids.add(run_id_of(vcfg, name))
     assert len(ids) == len(variants), "two variants resolve to the same run"
 
@@ -34,6 +37,9 @@ def test_scenario_files_open_with_what_command_and_expectation():
         assert head.startswith("#"), f"{path.name} must open with a comment"
         assert "python -m harness" in head, f"{path.name}: the header must give the command"
         assert "expect" in head, f"{path.name}: the header must say what result to expect"
+        assert "measures" in head and "compares" in head, f"{path.name}: say what it measures and compares"
+        # figures go stale: they live in the generated report, not in the header
+        assert not re.search(r"measured:? [0-9~]|\(?[0-9.]+x measured|[0-9.]+ s on 2", head), path.name
 
 
 def test_user_override_wins_over_variant():
@@ -57,7 +63,7 @@ def test_user_override_wins_over_variant():
 def test_bad_values_name_key_and_value(override, key):
     cfg = compose_config(override)
     with pytest.raises(ConfigError) as err:
-        validate(cfg)
+        build_plan(cfg)
     message = str(err.value)
     assert message.startswith(key), message
     assert "\n" not in message
@@ -68,7 +74,7 @@ def test_more_clients_than_data_is_rejected():
         pytest.skip("federated methods not present")
     cfg = compose_config(["method=spra", "task=federated", "federated.clients=50", "task.examples=10"])
     with pytest.raises(ConfigError, match="federated.clients"):
-        validate(cfg)
+        build_plan(cfg)
 
 
 @pytest.mark.parametrize("arg, key", [("method=nonesuch", "method"), ("compressor=zip", "compressor"),

@@ -181,7 +181,7 @@ def test_each_direction_is_shaped_where_it_leaves(emulation, a, b, expect_mbit):
 def test_close_stops_programs_left_running_inside(emulation):
     with StarTopology([NodeSpec("a"), NodeSpec("b")]) as topo:
         stray = subprocess.Popen(topo.exec_prefix("a") + ["sleep", "60"])
-        deadline = time.monotonic() + 10          # `ip netns exec` enters the namespace, then execs sleep
+        deadline = time.monotonic() + 60          # `ip netns exec` enters the namespace, then execs sleep (a wait bound)
         while stray.pid not in pids_in(topo.namespaces) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert stray.poll() is None and stray.pid in pids_in(topo.namespaces)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.errors import ConfigError
 from harness.onpolicy.state import (Replica, SyncError, adapter_params, checksum, flip_bit, load_state,
                                     make_optimizer, FLAT_OVERHEAD, pack_flat, pack_state, unpack_flat)
 from .helpers import lm_backward, make_peft
@@ -75,5 +76,5 @@ def test_resync_restores_params_and_optimizer_bit_for_bit():
 
 def test_unknown_optimizer_names_the_key():
     _, a = _replica(optimizer=False)
-    with pytest.raises(SyncError, match="onpolicy.optimizer: 'lion'"):
+    with pytest.raises(ConfigError, match="onpolicy.optimizer: 'lion'"):
         make_optimizer(a.params, "lion")

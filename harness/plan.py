@@ -1,0 +1,225 @@
+"""One typed plan per run, built once from the composed config, before anything starts.
+
+    plan = build_plan(cfg)          # ConfigError (one line: key, value, allowed) on any bad input
+    plan.role_specs()               # what harness.cluster.launch starts
+    plan.run_keys(scenario, variant, run_id)   # the key columns of every row
+    RunPlan.from_dict(plan.to_dict()) == plan   # what the roles receive (payload["plan"])
+
+A :class:`RunPlan` holds the resolved link backend and why, every role with its uplink and
+downlink, process rank, device and seed, the settings of its method family (on-policy:
+:class:`harness.onpolicy.setup.OnPolicyPlan` with its dry-built compressor; federated:
+:class:`harness.federated.settings.Settings`), and the row keys. Every knob that a role
+process used to check itself (prompt sharding, optimizer, compressor options, model dtype,
+task parameters, federated settings, client counts) is checked here, so a bad value ends the
+command with exit 2 before any namespace or process exists.
+
+Choices written down: every role gets the run's ``seed`` (replicas must draw the same adapter
+and prompts; roles differ by process rank, not by seed). The row's ``rate_mbit`` /
+``delay_ms`` are those of the first node's downlink as shaped (the hub's link when the nodes
+are unshaped), which is the global ``net.rate`` / ``net.delay`` unless ``net.nodes``
+overrides them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+from harness.backends import Backend, resolve_backend
+from harness.errors import ClusterError, ConfigError
+from harness.federated.settings import Settings
+from harness.onpolicy.setup import OnPolicyPlan
+from netem.spec import LinkSpec, LinkSpecError
+
+ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}
+
+
+class MethodKind(str, Enum):
+    """``method.kind``: which loops run (a closed set)."""
+    ONPOLICY = "onpolicy"
+    FEDERATED = "federated"
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """One role process: name, process rank (0 = hub), its links, device and seed."""
+    name: str                  # learner | worker<i> | server | client<k>
+    rank: int                  # torch.distributed rank
+    up: LinkSpec               # egress at the role (towards the hub)
+    down: LinkSpec             # towards the role
+    device: str                # cpu | auto | cuda | cuda:i
+    seed: int
+    lora_rank: int             # the adapter rank this role trains (federated clients differ)
+    expendable: bool = False   # may die without failing the run (federated drop_policy=continue)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RolePlan":
+        return cls(**{**dict(data), "up": LinkSpec(**data["up"]), "down": LinkSpec(**data["down"])})
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a run is, resolved and checked (see the module docstring)."""
+    kind: MethodKind
+    method: str
+    backend: Backend                 # resolved (never AUTO)
+    backend_requested: Backend
+    backend_reason: str              # why this backend, said once at launch and kept in run.json
+    entry: str                       # "package.module:function" of the role processes
+    roles: tuple[RolePlan, ...]
+    seed: int
+    hang_timeout_s: float            # seconds without progress before the run is failed
+    keys: dict = field(default_factory=dict)     # row keys except the run's identity
+    onpolicy: OnPolicyPlan | None = None
+    federated: Settings | None = None
+
+    def role_specs(self) -> list:
+        """harness.cluster.RoleSpec of every role, hub first."""
+        return _specs(self.roles)
+
+    def run_keys(self, scenario: str, variant: str, run_id: str) -> dict[str, Any]:
+        """The key columns of every row of this run."""
+        return {"run_id": run_id, "scenario": scenario, "variant": variant, **self.keys}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value, "method": self.method, "backend": self.backend.value,
+            "backend_requested": self.backend_requested.value, "backend_reason": self.backend_reason,
+            "entry": self.entry, "roles": [r.to_dict() for r in self.roles], "seed": self.seed,
+            "hang_timeout_s": self.hang_timeout_s, "keys": dict(self.keys),
+            "onpolicy": self.onpolicy.to_dict() if self.onpolicy else None,
+            "federated": self.federated.to_dict() if self.federated else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunPlan":
+        return cls(
+            kind=MethodKind(data["kind"]), method=data["method"], backend=Backend(data["backend"]),
+            backend_requested=Backend(data["backend_requested"]), backend_reason=data["backend_reason"],
+            entry=data["entry"], roles=tuple(RolePlan.from_dict(r) for r in data["roles"]), seed=int(data["seed"]),
+            hang_timeout_s=float(data["hang_timeout_s"]), keys=dict(data["keys"]),
+            onpolicy=OnPolicyPlan.from_dict(data["onpolicy"]) if data["onpolicy"] else None,
+            federated=Settings.from_dict(data["federated"]) if data["federated"] else None,
+        )
+
+
+def build_plan(cfg: Any) -> RunPlan:
+    """The RunPlan of a composed config (DictConfig or plain dict); ConfigError on the first bad value."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from harness.validate import validate
+
+    validate(cfg)                                             # field checks: names, links, ranks, budgets
+    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    kind = MethodKind(plain["method"]["kind"])
+    _check_model_and_task(plain, kind)
+    onpolicy = federated = None
+    if kind is MethodKind.ONPOLICY:
+        from harness.onpolicy.setup import plan_from_cfg
+
+        onpolicy = plan_from_cfg(plain)
+    else:
+        from harness.federated.settings import from_cfg
+
+        federated = from_cfg(plain)
+    roles = _roles(plain, kind, onpolicy, federated)
+    try:
+        backend, why = resolve_backend(plain["net"]["backend"])
+        from harness.cluster import check_roles
+
+        check_roles(_specs(roles), ENTRIES[kind.value], backend)     # names, devices, loss vs backend
+    except ClusterError as err:
+        raise ConfigError(str(err)) from None
+    return RunPlan(kind=kind, method=str(plain["method"]["name"]), backend=Backend(backend),
+                   backend_requested=Backend(plain["net"]["backend"]), backend_reason=why,
+                   entry=ENTRIES[kind.value], roles=roles, seed=int(plain["seed"]),
+                   hang_timeout_s=float(plain["net"]["hang_timeout_s"]),
+                   keys=_row_keys(plain, roles, onpolicy, backend), onpolicy=onpolicy, federated=federated)
+
+
+def _specs(roles: tuple[RolePlan, ...]) -> list:
+    from harness.cluster import RoleSpec
+
+    return [RoleSpec(name=r.name, up=r.up, down=r.down, device=r.device, expendable=r.expendable) for r in roles]
+
+
+def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind) -> None:
+    """The model and task knobs a role would trip over, checked by dry-building the cheap parts."""
+    from harness.tasks import build_tokenizer
+    from harness.tasks.targets import check_model
+
+    model, task = cfg["model"], cfg["task"]
+    ranks = {"model.rank": model["rank"]}
+    if cfg["method"].get("rank") is not None:
+        ranks["method.rank"] = cfg["method"]["rank"]
+    if kind is MethodKind.FEDERATED:
+        ranks.update({f"federated.ranks[{i}]": r for i, r in enumerate(cfg["federated"]["ranks"])})
+    check_model(model, ranks)   # the one call site of the model checks (dtype, init, targets by architecture, ranks)
+    if model["name"] != "hf":
+        from harness.tasks.cache import recipe
+
+        recipe("student", model, task)                       # task.student_init and the pretraining recipe
+    tokenizer = build_tokenizer(model)
+    if kind is MethodKind.ONPOLICY:
+        from harness.tasks.onpolicy import OnPolicyTask, RewardTask
+
+        (RewardTask if task["name"] == "reward" else OnPolicyTask)(task, tokenizer)   # digits, ops, sampling
+    else:
+        from harness.tasks import build_federated
+
+        build_federated(task, tokenizer, int(cfg["federated"]["clients"]), int(cfg["seed"]))   # data split
+
+
+def _link(node: Mapping[str, Any], rate: Any, prefix: str) -> LinkSpec:
+    try:
+        return LinkSpec.parse(rate=rate, delay=node["delay"], jitter=node["jitter"], loss=node["loss"],
+                              queue=node["queue"], prefix=prefix)
+    except LinkSpecError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _roles(cfg: Mapping[str, Any], kind: MethodKind, onpolicy: OnPolicyPlan | None,
+           federated: Settings | None) -> tuple[RolePlan, ...]:
+    """The hub and one node per worker/client, each with its uplink and downlink."""
+    net, seed, device = cfg["net"], int(cfg["seed"]), str(cfg["model"]["device"])
+    try:
+        hub_link = LinkSpec.parse(rate=net["hub"], prefix="net.hub")
+    except LinkSpecError as err:
+        raise ConfigError(str(err)) from None
+    if onpolicy is not None:
+        hub, node, count = "learner", "worker", onpolicy.workers
+        lora = [onpolicy.training_rank] * (count + 1)
+        expendable = False
+    else:
+        assert federated is not None
+        hub, node, count = "server", "client", federated.clients
+        lora = [federated.r_max, *federated.ranks]
+        expendable = federated.drop_policy == "continue"
+    roles = [RolePlan(hub, 0, hub_link, hub_link, device, seed, lora[0])]
+    for k in range(count):
+        spec = {key: net[key] for key in ("rate", "up", "down", "delay", "jitter", "loss", "queue")}
+        if net["nodes"]:
+            spec.update(dict(net["nodes"][k % len(net["nodes"])]))
+        prefix = f"net.nodes[{k}]"
+        roles.append(RolePlan(f"{node}{k}", k + 1, _link(spec, spec["up"] or spec["rate"], prefix),
+                              _link(spec, spec["down"] or spec["rate"], prefix), device, seed, lora[k + 1],
+                              expendable))
+    return tuple(roles)
+
+
+def _row_keys(cfg: Mapping[str, Any], roles: tuple[RolePlan, ...], onpolicy: OnPolicyPlan | None,
+              backend: str) -> dict[str, Any]:
+    """Row keys read from the plan (not re-parsed from net.*); see the module docstring."""
+    link = roles[1].down if len(roles) > 1 and roles[1].down.rate_bps else roles[0].up
+    comp = onpolicy.compressor if onpolicy is not None else None
+    return {
+        "method": str(cfg["method"]["name"]), "compressor": comp.name if comp else "none",
+        "task": str(cfg["task"]["name"]), "seed": int(cfg["seed"]), "backend": backend,
+        "rate_mbit": link.rate_bps / 1e6 if link.rate_bps else float("nan"),
+        "delay_ms": (roles[1].down.delay_s if len(roles) > 1 else 0.0) * 1e3,
+        "rank": onpolicy.training_rank if onpolicy else int(cfg["method"].get("rank") or cfg["model"]["rank"]),
+        "budget_frac": float(comp.budget) if comp and comp.budget else float("nan"),
+    }
