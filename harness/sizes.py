@@ -117,7 +117,7 @@ def lora_shapes(config, rank: int, targets: list[str]) -> tuple[list[tuple[str, 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from harness.tasks.targets import adaptable_layers, resolve_targets
+    from harness.tasks.layers import adaptable_layers, resolve_targets
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from harness.errors import ConfigError
+from harness.onpolicy import methods as sync_methods
 from harness.onpolicy import sync as syncs
 from harness.optim import OPTIMIZERS
 from harness.onpolicy.state import WIRE_DTYPES, Replica, adapter_params, flip_bit, make_optimizer
@@ -168,11 +169,11 @@ def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | 
         task = build_task(task_cfg, tokenizer, teacher=teacher)
     params = adapter_params(policy)
     optimizer = None
-    if learner or syncs.worker_needs_optimizer(plan.method):
+    if learner or sync_methods.worker_needs_optimizer(plan.method):
         optimizer = make_optimizer(params, plan.optimizer, plan.lr, plan.weight_decay)
     replica = Replica(params, optimizer)
     comp = plan.compressor
-    side = syncs.build(plan.method, role, replica, sync_dtype=plan.sync_dtype,
+    side = sync_methods.build(plan.method, role, replica, sync_dtype=plan.sync_dtype,
                        compressor_factory=comp.build if comp is not None else None,
                        error_feedback=comp.error_feedback if comp is not None else True,
                        codec=plan.codec, codec_level=plan.codec_level)

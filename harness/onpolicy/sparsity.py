@@ -29,8 +29,6 @@ the plot of harness.report.sparsity_plot (results/plots/sparsity.png and .pdf).
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -45,7 +43,6 @@ LRS = (1e-3, 5e-4, 1e-4, 1e-5, 1e-6)
 KS = (1, 2, 4, 8)
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 @dataclass(frozen=True)
@@ -61,11 +58,6 @@ class Group:
 
 
 GROUPS = tuple(Group(m, b) for m in ("all", "A", "B") for b in ("all", "attn", "mlp"))
-
-
-def t95(n: int) -> float:
-    """Two-sided 95% Student-t quantile for n samples (n - 1 degrees of freedom)."""
-    return _T95.get(n - 1, 1.96 + 2.4 / max(n - 1, 1))     # the table covers n <= 10
 
 
 def unchanged_rows(history: list[dict[str, torch.Tensor]], update: int, ks: tuple[int, ...]) -> list[dict]:
@@ -157,22 +149,6 @@ def measure(cfg: dict, lrs: tuple[float, ...], seeds: tuple[int, ...], steps: in
     return df
 
 
-def summary(df):
-    """Per (lr, k, matrix, block): mean over seeds of each seed's mean unchanged fraction over
-    the second half of its updates; sd, n (seeds), 95% t-interval half-width."""
-    import pandas as pd
-
-    late = df[df["update"] > df["update"].max() / 2]
-    per_seed = late.groupby(["lr", "k", "matrix", "block", "seed"]).unchanged_frac.mean().reset_index()
-    out = []
-    for key, part in per_seed.groupby(["lr", "k", "matrix", "block"]):
-        vals = list(part.unchanged_frac)
-        sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
-        out.append(dict(zip(("lr", "k", "matrix", "block"), key), mean=statistics.fmean(vals), sd=sd,
-                        n=len(vals), ci95=t95(len(vals)) * sd / math.sqrt(len(vals)) if len(vals) > 1 else float("nan")))
-    return pd.DataFrame(out).sort_values(["lr", "k", "matrix", "block"], ascending=[False, True, True, True])
-
-
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x)
 
@@ -221,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     df = measure(cfg, args.lrs, args.seeds, args.steps, args.ks, progress=not args.no_progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False)
+    from harness.report.sparsity_plot import summary
+
     table = summary(df)
     print(f"[sparsity] {len(args.seeds)} seeds x {len(args.lrs)} lrs x {args.steps} updates in "
           f"{time.perf_counter() - t0:.0f} s; rows: {out}")

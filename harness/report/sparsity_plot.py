@@ -15,14 +15,33 @@ from pathlib import Path
 REFERENCE_LR = 5e-4
 
 
+def summary(df):
+    """Per (lr, k, matrix, block): mean over seeds of each seed's mean unchanged fraction over
+    the second half of its updates; sd, n (seeds), 95% t-interval half-width."""
+    import math
+    import statistics
+
+    import pandas as pd
+
+    from harness.report.stats import t_quantile
+
+    late = df[df["update"] > df["update"].max() / 2]
+    per_seed = late.groupby(["lr", "k", "matrix", "block", "seed"]).unchanged_frac.mean().reset_index()
+    out = []
+    for key, part in per_seed.groupby(["lr", "k", "matrix", "block"]):
+        vals = list(part.unchanged_frac)
+        sd = statistics.stdev(vals) if len(vals) > 1 else float("nan")
+        out.append(dict(zip(("lr", "k", "matrix", "block"), key), mean=statistics.fmean(vals), sd=sd,
+                        n=len(vals), ci95=t_quantile(len(vals)) * sd / math.sqrt(len(vals)) if len(vals) > 1 else float("nan")))
+    return pd.DataFrame(out).sort_values(["lr", "k", "matrix", "block"], ascending=[False, True, True, True])
+
+
 def plot_sparsity(df, path: Path) -> list[Path]:
     """Draw the two panels into ``path``.png and .pdf; returns the written paths."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from harness.onpolicy.sparsity import summary
 
     table = summary(df)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))

@@ -128,7 +128,7 @@ def lora_targets(model: nn.Module, targets: list[str]) -> dict[str, tuple[int, i
     selects (suffixes, or ``[all-linear]`` / ``[auto]``: harness.tasks.targets) ->
     (in_features, out_features). Raises a one-line ConfigError listing the model's modules when a
     target matches nothing."""
-    from harness.tasks.targets import adaptable_layers, resolve_targets
+    from harness.tasks.layers import adaptable_layers, resolve_targets
 
     chosen = set(resolve_targets(model, targets))
     return {n: shape for n, shape in adaptable_layers(model).items() if n.split(".")[-1] in chosen}
@@ -162,7 +162,7 @@ def make_lora(model: nn.Module, rank: int | Mapping[str, int], alpha: float | No
             where = "model.rank" if key == "default" else f"model.rank[{key}]"
             raise ConfigError(f"{where}: {r!r} is not a rank; it must be an integer >= 1")
     default = ranks.pop("default", max(ranks.values()) if ranks else 1)
-    from harness.tasks.targets import resolve_targets
+    from harness.tasks.layers import resolve_targets
 
     targets = resolve_targets(model, targets)
     layers = lora_targets(model, targets)

@@ -23,7 +23,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.validate", "harness.plan"),                              # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
     ("harness.__main__", "harness.bench", "harness.selftest", "harness.compress.bench",
-     "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__"),    # entry points
+     "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes",
+     "harness.onpolicy.sparsity"),                                      # entry points
 ]
 
 

@@ -119,12 +119,12 @@ def test_bad_codec_or_level_is_one_line(codec, level, key):
 @pytest.mark.parametrize("override, key", [("method.codec=lz4", "method.codec"),
                                            ("method.codec_level=30", "method.codec_level")])
 def test_bad_codec_fails_validation_before_launch(override, key):
+    from harness.plan import build_plan
     from harness.run import compose_config
-    from harness.validate import validate
 
     cfg = compose_config(["method=patch", override])
     with pytest.raises(ConfigError) as err:
-        validate(cfg)
+        build_plan(cfg)
     assert str(err.value).startswith(key) and "\n" not in str(err.value)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from harness.onpolicy.sparsity import GROUPS, Group, summary, unchanged_rows
+from harness.onpolicy.sparsity import GROUPS, Group, unchanged_rows
+from harness.report.sparsity_plot import summary
 
 A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"
 B = "base_model.model.model.layers.0.mlp.down_proj.lora_B.default.weight"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.onpolicy import methods as sync_methods
 from harness.onpolicy import sync as syncs
 from harness.onpolicy.state import Replica, SyncError, adapter_params, checksum, flip_bit, make_optimizer
 
@@ -21,10 +22,10 @@ def pair(method: str, comp=None, sync_dtype="fp32", rank=8, ef=True):
     lm, wm = make_peft(rank), make_peft(rank)
     lp, wp = adapter_params(lm), adapter_params(wm)
     lrep = Replica(lp, make_optimizer(lp, "adamw", LR))
-    wrep = Replica(wp, make_optimizer(wp, "adamw", LR) if syncs.worker_needs_optimizer(method) else None)
+    wrep = Replica(wp, make_optimizer(wp, "adamw", LR) if sync_methods.worker_needs_optimizer(method) else None)
     factory = (lambda: compressor(**comp)) if comp else None
-    ls = syncs.build(method, "learner", lrep, sync_dtype=sync_dtype, compressor_factory=factory, error_feedback=ef)
-    ws = syncs.build(method, "worker", wrep, sync_dtype=sync_dtype, compressor_factory=factory)
+    ls = sync_methods.build(method, "learner", lrep, sync_dtype=sync_dtype, compressor_factory=factory, error_feedback=ef)
+    ws = sync_methods.build(method, "worker", wrep, sync_dtype=sync_dtype, compressor_factory=factory)
     return lm, ls, wm, ws
 
 
@@ -143,4 +144,4 @@ def test_unknown_method_names_the_key():
     lm = make_peft()
     p = adapter_params(lm)
     with pytest.raises(SyncError, match="method.name: 'zip'"):
-        syncs.build("zip", "learner", Replica(p, make_optimizer(p)))
+        sync_methods.build("zip", "learner", Replica(p, make_optimizer(p)))

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from harness.compress import PayloadError
-from harness.onpolicy import sync as syncs
+from harness.onpolicy import methods as sync_methods
 from harness.onpolicy.state import Replica, SyncError, checksum, make_optimizer
 
 SHAPES = {"layers.0.q_proj.lora_A": (8, 32), "layers.0.q_proj.lora_B": (48, 8),
@@ -31,10 +31,10 @@ def _pair(method: str, comp: dict | None = None):
 
     lp, wp = _params(), _params()
     learner = Replica(lp, make_optimizer(lp, "adamw", 1e-2))
-    worker = Replica(wp, make_optimizer(wp, "adamw", 1e-2) if syncs.worker_needs_optimizer(method) else None)
+    worker = Replica(wp, make_optimizer(wp, "adamw", 1e-2) if sync_methods.worker_needs_optimizer(method) else None)
     factory = (lambda: build(**comp)) if comp else None
-    ls = syncs.build(method, "learner", learner, sync_dtype="bf16", compressor_factory=factory)
-    ws = syncs.build(method, "worker", worker, sync_dtype="bf16", compressor_factory=factory)
+    ls = sync_methods.build(method, "learner", learner, sync_dtype="bf16", compressor_factory=factory)
+    ws = sync_methods.build(method, "worker", worker, sync_dtype="bf16", compressor_factory=factory)
     for step in range(2):                      # two updates: Adam state exists on both sides
         g = torch.Generator().manual_seed(100 + step)
         for p in learner.params.values():
