@@ -152,7 +152,7 @@ def run_learner(ctx, s: Setup) -> None:
         if step == 0:
             row["init_in_sync"] = init.in_sync
         if op.get("policy_kl", True):
-            row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_view(), rollouts)
+            row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_params(), rollouts)
         if eval_due(step, int(op["eval_every"]), steps):
             t0 = _now()
             row.update(evaluate(s, last=step == steps - 1))
