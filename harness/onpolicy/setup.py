@@ -2,7 +2,9 @@
 its replica (adapter tensors + optimizer where needed), the task, and its side of the sync.
 
 Every process builds the adapter from the same seed (``seed``), so all replicas start
-identical; the loop checks that before the first update. The learner alone loads the
+identical; the loop checks that before the first update. The run seed reaches everything
+random: LoRA init (here), training prompts and sampling (roles), and the compressor's own
+randomness, seeded by ``compressor_seed(seed, compressor.seed)`` (every process alike). The learner alone loads the
 teacher (distill) and always holds an optimizer; workers hold one only when the method
 replays steps (hilo).
 """
@@ -24,6 +26,14 @@ class Setup:
     sync: Any                     # LearnerSync (rank 0) | WorkerSync
     method: str
     seed: int
+
+
+def compressor_seed(seed: int, compressor_seed: int) -> int:
+    """The compressor's seed: a function of the run seed and ``compressor.seed`` (a 63-bit mix),
+    so another run seed draws other random-k indices, QSGD roundings, PowerSGD starts."""
+    from harness.tasks.onpolicy import mix_seed
+
+    return mix_seed("compressor", int(seed), int(compressor_seed))
 
 
 def compressor_factory(comp: dict) -> Callable[[], Any]:
@@ -69,7 +79,7 @@ def build_setup(cfg: dict, role: str, device: str = "cpu") -> Setup:
     if learner or syncs.worker_needs_optimizer(name):
         optimizer = make_optimizer(params, op["optimizer"], float(op["lr"]), float(op["weight_decay"]))
     replica = Replica(params, optimizer)
-    comp = cfg["compressor"]
+    comp = {**cfg["compressor"], "seed": compressor_seed(seed, int(cfg["compressor"].get("seed", 0)))}
     side = syncs.build(name, role, replica, sync_dtype=method.get("sync_dtype", "bf16"),
                        compressor_factory=compressor_factory(comp) if name in ("delta", "hilo") else None,
                        error_feedback=bool(comp.get("error_feedback", True)))
