@@ -71,3 +71,20 @@ def test_a_rebuilt_base_with_other_weights_is_named(tmp_path, monkeypatch):
     rebuilt = describe_bases(cfg)["student"]
     assert rebuilt["reference"] is False and rebuilt["sha256"] != rebuilt["reference_sha256"]
     assert "student base rebuilt" in bases.summary_note({"student": rebuilt})
+
+
+def test_ship_then_verify_catches_a_changed_file(tmp_path, model_cfg, tok):
+    import json
+
+    from harness.tasks import build_model
+
+    src = tmp_path / "cache" / "student-0123456789abcdef"
+    build_model(model_cfg, tok.vocab_size).save_pretrained(src)
+    tok.save_pretrained(src)
+    (src / "meta.json").write_text(json.dumps({"recipe": {"kind": "student"}, "accuracy": 0.5}))
+    root = tmp_path / "bases"
+    data = bases.ship([src], root)
+    assert bases.verify(root) == [] and bases.shipped(src.name, root) == root / src.name
+    assert data["entries"][src.name]["weights_sha256"] == bases.dir_weights_sha256(src)
+    (root / src.name / "tokenizer.json").write_text("{}")
+    assert bases.verify(root) == [f"{src.name}/tokenizer.json: sha256 differs from the manifest"]
