@@ -1,10 +1,15 @@
 """Run a scenario: compose each variant, plan it (harness.plan.build_plan), launch the cluster, record the run.
 
 One run = one resolved config = one directory ``results/runs/<scenario>/<run_id>/``.
-The run id is the variant name plus a hash of the resolved config (run-control keys
+The run id is ``<variant>-s<seed>-<hash>``, the hash of the resolved config (run-control keys
 left out), so re-running the same config finds its directory: a complete (``ok``) run
 is skipped when ``resume=true``, an incomplete one is moved aside as ``<id>.attempt<N>``
-(kept, marked with its status) and run again.
+(kept, marked with its status) and run again. Resume is therefore per (variant, seed).
+
+Seeds are an axis: ``seeds: [0, 1, 2]`` in a scenario (or ``seeds=[0,1,2]``) runs every variant
+at every seed, interleaved: for each seed, every variant in turn, so that the runs a timing
+ratio pairs (same seed, two methods) ran close in time on the same machine state. ``seed=N``
+on the command line (also a Hydra multirun ``-m seed=0,1,2``) runs that one seed only.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from harness.record import read_run_json, read_rows, set_status, write_run_json
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
 
-RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id")
+RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
 INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
 
@@ -39,6 +44,8 @@ class Outcome:
     run_dir: Path
     status: str          # ok | failed | interrupted | skipped
     reason: str = ""
+    variant: str = ""
+    seed: int = 0
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
@@ -70,9 +77,24 @@ def scenario_name(overrides: list[str]) -> str:
     return "adhoc"
 
 
+def seeds_of(cfg: DictConfig, overrides: list[str]) -> list[int]:
+    """The seeds to run: ``seed=N`` on the command line wins, else ``seeds`` ([]: ``seed``)."""
+    if any(o.lstrip("+~").startswith("seed=") for o in overrides) or not cfg.get("seeds"):
+        return [int(cfg.seed)]
+    seeds = list(cfg.seeds)
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ConfigError(f"seeds: {s!r} is not a seed; use a list of integers >= 0, e.g. seeds=[0,1,2]")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: {seeds} lists a seed twice; each seed runs once per variant")
+    return seeds
+
+
 def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
-    """Run every variant of the composed scenario (or the config itself when it has none)."""
+    """Run every variant of the composed scenario (or the config itself when it has none) at
+    every seed, interleaved: seed 0 of every variant, then seed 1 of every variant, ..."""
     scenario = scenario_name(overrides)
+    seeds = seeds_of(cfg, overrides)
     variants = dict(cfg.variants or {})
     if cfg.only:
         unknown = [v for v in cfg.only if v not in variants]
@@ -82,14 +104,16 @@ def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
         variants = {k: v for k, v in variants.items() if k in cfg.only}
     outcomes: list[Outcome] = []
     try:
-        if not variants:
+        if not variants and seeds == [int(cfg.seed)]:
             return [run_one(cfg, scenario=scenario, variant=cfg.variant, overrides=overrides)]
+        variants = variants or {cfg.variant: []}
         composed = {}
-        for name, extra in variants.items():   # compose and plan all before running any
-            vcfg = compose_config(_merge_overrides(overrides, list(extra)))
-            composed[name] = (vcfg, build_plan(vcfg))
-        for i, (name, (vcfg, plan)) in enumerate(composed.items()):
-            print(f"\n=== {scenario}: variant {i + 1}/{len(composed)}: {name} ===", flush=True)
+        for seed in seeds:                      # compose and plan all before running any
+            for name, extra in variants.items():
+                vcfg = compose_config(_merge_overrides(overrides, list(extra) + [f"seed={seed}"]))
+                composed[(seed, name)] = (vcfg, build_plan(vcfg))
+        for i, ((seed, name), (vcfg, plan)) in enumerate(composed.items()):
+            print(f"\n=== {scenario}: run {i + 1}/{len(composed)}: {name}, seed {seed} ===", flush=True)
             outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides, plan=plan))
     except KeyboardInterrupt:
         _stop_interrupted(scenario, outcomes)
@@ -111,7 +135,7 @@ def run_id_of(cfg: DictConfig, variant: str) -> str:
     for key in RUN_CONTROL + ("scenario", "variant"):
         plain.pop(key, None)
     digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{variant}-{digest}"
+    return f"{variant}-s{int(cfg.seed)}-{digest}"
 
 
 def _git(*args: str) -> str:
@@ -175,7 +199,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     run_dir = project_root() / cfg.out_dir / scenario / run_id
     if not _prepare_dir(run_dir, bool(cfg.resume)):
         print(f"[narrowband] {scenario}/{run_id}: complete already, skipped (resume=true)", flush=True)
-        return Outcome(run_id, run_dir, "skipped")
+        return Outcome(run_id, run_dir, "skipped", variant=variant, seed=int(cfg.seed))
     removed = clean()
     if removed:
         print(f"[narrowband] removed leftovers of earlier runs: {', '.join(removed)}", flush=True)
@@ -188,6 +212,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     write_run_json(run_dir, meta)
     payload = {"cfg": meta["config"], "keys": plan.run_keys(scenario, variant, run_id), "plan": plan.to_dict()}
     t0 = time.time()
+    load0 = load_snapshot()
     try:
         result = launch(plan.role_specs(), plan.entry, payload, backend=backend, backend_reason=why,
                         run_dir=run_dir, hang_timeout_s=plan.hang_timeout_s,
@@ -199,12 +224,51 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
         status, reason, extra = "interrupted", "KeyboardInterrupt", {}
     except Exception as err:  # recorded, not lost: the run is marked failed with the reason
         status, reason, extra = "failed", f"{type(err).__name__}: {err}", {}
+    extra["load"] = load_record(load0, load_snapshot())
+    extra["bases"] = _bases(meta["config"])
     set_status(run_dir, status, reason, seconds=round(time.time() - t0, 3),
                finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
-    _print_run_summary(run_dir, status, reason)
+    _print_run_summary(run_dir, status, reason, extra["bases"])
     if status == "interrupted":
         raise KeyboardInterrupt
-    return Outcome(run_id, run_dir, status, reason)
+    return Outcome(run_id, run_dir, status, reason, variant=variant, seed=int(cfg.seed))
+
+
+def load_snapshot() -> dict[str, Any]:
+    """The machine's load now: 1/5/15-minute load averages, wall clock (s), and the CPU seconds
+    (user + system) of this process's finished, waited-for children: the role processes."""
+    import resource
+
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"loadavg": [round(x, 3) for x in os.getloadavg()], "wall": time.monotonic(),
+            "children_cpu_s": kids.ru_utime + kids.ru_stime}
+
+
+def load_record(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
+    """run.json's ``load``: load averages at start and end, usable CPUs, the roles' CPU seconds
+    and the wall seconds between (roles_cpu_s / wall_s / cpus near 1 = the roles had the machine
+    to themselves; a load average above cpus = others competed for it)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    from harness.cluster import ROLE_THREADS
+
+    return {"start": {"loadavg": start["loadavg"]}, "end": {"loadavg": end["loadavg"]}, "cpus": cpus,
+            "threads_per_role": int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS", "").isdigit()
+            else ROLE_THREADS,
+            "roles_cpu_s": round(end["children_cpu_s"] - start["children_cpu_s"], 3),
+            "wall_s": round(end["wall"] - start["wall"], 3)}
+
+
+def _bases(config: dict) -> dict[str, Any]:
+    """run.json's ``bases`` (harness.tasks.cache.describe_bases); never fails the run record."""
+    try:
+        from harness.tasks.cache import describe_bases
+
+        return describe_bases(config)
+    except Exception as err:  # noqa: BLE001 - recorded: a base that cannot be hashed is said so
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def _display(overrides: list[str]) -> list[str]:
@@ -215,10 +279,15 @@ SUMMARY_COLUMNS = ("loss", "accuracy", "reverse_kl", "reward", "eval_loss", "pay
                    "payload_bytes_up", "update_s", "round_s", "in_sync")
 
 
-def _print_run_summary(run_dir: Path, status: str, reason: str) -> None:
-    """One screen: status, where the rows are, the hub's last metrics and mean costs."""
+def _print_run_summary(run_dir: Path, status: str, reason: str, bases: dict | None = None) -> None:
+    """One screen: status, where the rows are, the hub's last metrics and mean costs; a base
+    rebuilt with other weights than the shipped reference is named on the status line."""
+    from harness.tasks.bases import summary_note
+
     rows = read_rows(run_dir)
-    print(f"[narrowband] run {run_dir.name}: {status}{(' - ' + reason) if reason else ''}")
+    note = summary_note({k: v for k, v in (bases or {}).items() if isinstance(v, dict)})
+    print(f"[narrowband] run {run_dir.name}: {status}{(' - ' + reason) if reason else ''}"
+          f"{(' [' + note + ']') if note else ''}")
     print(f"[narrowband]   rows: {len(rows)} in {run_dir}")
     hub = rows[rows["role"].isin(["learner", "server"])] if "role" in rows else rows
     if hub.empty:

@@ -152,6 +152,7 @@ class Config:
     scenario: str = "adhoc"
     variant: str = "default"
     seed: int = 0
+    seeds: List[int] = field(default_factory=list)  # run every variant at each of these seeds ([]: just `seed`); seed=N on the command line wins
     out_dir: str = "results/runs"
     run_id: Optional[str] = None     # None: derived from scenario, variant and a content hash
     resume: bool = True              # skip a run whose results are complete

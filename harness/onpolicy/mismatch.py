@@ -3,7 +3,13 @@
 ``policy_kl`` is the mean, over the completion tokens of a batch of rollouts, of the exact
 KL(worker || learner) between the two next-token distributions (temperature 1, natural log,
 nats per token). The learner computes it by running its model twice, once with its own
-adapter and once with the workers' view loaded in (``swapped``, restored bit for bit).
+adapter and once with the workers' adapter loaded in (``swapped``, restored bit for bit).
+
+It is measured for every method, never assumed: the workers' adapter is the learner's exact
+copy of what they hold (``LearnerSync.worker_params``: delta's tracked view, bf16 full sync's
+rounded adapter, and for hilo / fp32 full sync a copy of the learner's own tensors, which the
+checksum verification (``in_sync``) proves the workers hold bit for bit). Equal tensors give
+equal logits and so exactly 0.0; any difference shows.
 """
 from __future__ import annotations
 
@@ -29,13 +35,13 @@ def swapped(params: dict[str, torch.nn.Parameter], view: dict[str, torch.Tensor]
 
 
 @torch.no_grad()
-def policy_kl(task, policy, params: dict[str, torch.nn.Parameter], view: dict[str, torch.Tensor] | None,
+def policy_kl(task, policy, params: dict[str, torch.nn.Parameter], view: dict[str, torch.Tensor],
               rollouts) -> float:
-    """KL(worker || learner) per completion token (nats); 0.0 when ``view`` is None (the workers
-    hold the learner's adapter bit for bit). ``task.completion_logits(policy, rollouts)`` gives
-    the [N, T, V] logits predicting each completion token."""
+    """KL(worker || learner) per completion token (nats), with the workers' adapter ``view``
+    swapped in for the second forward. ``task.completion_logits(policy, rollouts)`` gives the
+    [N, T, V] logits predicting each completion token. 0.0 for rollouts without completion tokens."""
     sel = rollouts.completion_mask
-    if view is None or not bool(sel.any()):
+    if not bool(sel.any()):
         return 0.0
 
     def logp() -> torch.Tensor:

@@ -123,9 +123,12 @@ def _delta(a, b) -> tuple[int, int]:
 
 
 def _threads(world_size: int) -> None:
-    """The roles share the machine: split its cores among them unless OMP_NUM_THREADS says."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world_size)))
+    """A fixed thread count on every machine (harness.cluster.ROLE_THREADS: the count changes
+    the bits of training), unless OMP_NUM_THREADS says otherwise."""
+    from harness.cluster import ROLE_THREADS
+
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(int(env) if env.isdigit() and int(env) > 0 else ROLE_THREADS)
 
 
 def main(ctx) -> None:
@@ -190,7 +193,7 @@ def run_learner(ctx, s: Setup) -> None:
         if step == 0:
             row["init_in_sync"] = init.in_sync
         if op.policy_kl:
-            row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_view(), rollouts)
+            row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_params(), rollouts)
         if eval_due(step, op.eval_every, steps):
             t0 = _now()
             row.update(evaluate(s, last=step == steps - 1))

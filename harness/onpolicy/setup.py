@@ -8,7 +8,9 @@ before any namespace or process exists) and the roles receive it serialised
 (``to_dict``/``from_dict``), so no role re-reads the config with defaults.
 
 Every process builds the adapter from the same seed (``seed``), so all replicas start
-identical; the loop checks that before the first update. The learner alone loads the
+identical; the loop checks that before the first update. The run seed reaches everything
+random: LoRA init (here), training prompts and sampling (roles), and the compressor's own
+randomness, seeded by ``compressor_seed(seed, compressor.seed)`` (every process alike). The learner alone loads the
 teacher (distill) and always holds an optimizer; workers hold one only when the method
 replays steps (hilo).
 """
@@ -112,7 +114,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         compressor = CompressorPlan(
             name=str(comp["name"]), budget=None if comp["budget"] is None else float(comp["budget"]),
             budget_bytes=None if comp["budget_bytes"] is None else int(comp["budget_bytes"]),
-            dtype=str(comp["dtype"]), seed=int(comp["seed"]), options=dict(comp["options"] or {}),
+            dtype=str(comp["dtype"]), seed=compressor_seed(int(cfg["seed"]), int(comp["seed"])), options=dict(comp["options"] or {}),
             error_feedback=bool(comp["error_feedback"]))
         from harness.compress import CompressorError
 
@@ -146,6 +148,14 @@ class Setup:
     sync: Any                     # LearnerSync (rank 0) | WorkerSync
     method: str
     seed: int
+
+
+def compressor_seed(seed: int, compressor_seed: int) -> int:
+    """The compressor's seed: a function of the run seed and ``compressor.seed`` (a 63-bit mix),
+    so another run seed draws other random-k indices, QSGD roundings, PowerSGD starts."""
+    from harness.tasks.onpolicy import mix_seed
+
+    return mix_seed("compressor", int(seed), int(compressor_seed))
 
 
 def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | None = None) -> Setup:

@@ -95,6 +95,14 @@ class LearnerSync:
         """The adapter the workers hold now, or None when it is bit-identical to the learner's."""
         return None
 
+    def worker_params(self) -> dict[str, Tensor]:
+        """The adapter the workers hold now, always as tensors (a copy of the learner's own where
+        they are bit-identical): what ``policy_kl`` measures against."""
+        view = self.worker_view()
+        if view is not None:
+            return view
+        return {n: p.detach().clone() for n, p in self.replica.params.items()}
+
     def expected_checksum(self) -> str:
         """Checksum a worker in sync must report after applying the latest payload."""
         raise NotImplementedError

@@ -7,6 +7,11 @@ recipe: the architecture, the language (digits, ops, reverse), the pretraining s
 learning rate, the student's easy fraction, the seed and ``RECIPE_VERSION``. Change any of
 them and a new entry is built; the old one stays.
 
+Shipped first: the entries the reference scenarios use are shipped with the project under
+``harness/bases/<kind>-<hash>/`` (``harness.tasks.bases``: SHA-256 manifest, rebuild command),
+so every machine starts from the same bits; ``pretrained`` returns the shipped folder whenever
+the recipe's entry name is one of them and builds into the cache only for other recipes.
+
 Where: $NARROWBAND_CACHE, else <project root>/.cache/narrowband/. Two processes asking for
 the same entry build it once: an exclusive ``fcntl`` lock on ``<entry>.lock`` is held while
 building into a temporary folder that is renamed into place (atomic on one file system);
@@ -41,6 +46,7 @@ from typing import Callable, Mapping
 import torch
 
 from harness.tasks.arith import Arithmetic
+from harness.tasks.bases import describe, shipped
 from harness.tasks.data import encode_prompts, prompt_attention, sft_batch, sft_loss, correct
 from harness.tasks.models import build_model, hf_dir, load_dir, model_dtype, plain
 from harness.tasks.rollouts import generate
@@ -85,9 +91,40 @@ def recipe(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> dict:
     return out
 
 
-def entry_path(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
+def entry_name(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> str:
+    """``<kind>-<first 16 hex of the recipe's SHA-256>``: the name in the cache and in harness/bases."""
     blob = json.dumps(recipe(kind, model_cfg, task_cfg), sort_keys=True).encode()
-    return cache_root() / f"{kind}-{hashlib.sha256(blob).hexdigest()[:16]}"
+    return f"{kind}-{hashlib.sha256(blob).hexdigest()[:16]}"
+
+
+def entry_path(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
+    """Where the recipe's entry lives (or would be built) in the cache."""
+    return cache_root() / entry_name(kind, model_cfg, task_cfg)
+
+
+def locate(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
+    """The folder ``pretrained`` returns, without building anything: the shipped reference base
+    when the recipe has one (harness.tasks.bases), else the cache entry (which may not exist yet)."""
+    m = plain(model_cfg)
+    if m.get("name") == "hf":
+        return hf_dir(m, "teacher_path" if kind == "teacher" and m.get("teacher_path") else "path")
+    return shipped(entry_name(kind, m, task_cfg)) or entry_path(kind, m, task_cfg)
+
+
+def describe_bases(cfg: Mapping) -> dict:
+    """run.json's ``bases``: per kind the run loads ("student", and "teacher" for distill), the
+    SHA-256 of its weights, whether that is the shipped reference, and its path."""
+    out = {}
+    for kind in used_kinds(cfg):
+        path = locate(kind, cfg["model"], cfg["task"])
+        name = None if plain(cfg["model"]).get("name") == "hf" else entry_name(kind, cfg["model"], cfg["task"])
+        out[kind] = describe(path, name) if path.is_dir() else {"sha256": None, "reference": False, "path": str(path)}
+    return out
+
+
+def used_kinds(cfg: Mapping) -> list[str]:
+    """The pretrained bases a run loads: the student, and the teacher for distill."""
+    return ["student"] + (["teacher"] if plain(cfg["task"]).get("name") == "distill" else [])
 
 
 def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True) -> Path:
@@ -101,6 +138,9 @@ def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool 
         raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
     if m.get("name") == "hf":
         return hf_dir(m, "teacher_path" if kind == "teacher" and m.get("teacher_path") else "path")
+    ref = shipped(entry_name(kind, m, task_cfg))
+    if ref is not None:
+        return ref
     entry = entry_path(kind, m, task_cfg)
     if (entry / "meta.json").is_file():
         return entry
@@ -231,7 +271,7 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
     """
     import threading
 
-    kinds = ["student"] + (["teacher"] if cfg["task"]["name"] == "distill" else [])
+    kinds = used_kinds(cfg)
     if cfg["model"].get("name") == "hf":
         return
     if rank == 0:
@@ -260,7 +300,7 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
         if errors:
             raise errors[0]
         return
-    paths = [entry_path(kind, cfg["model"], cfg["task"]) / "meta.json" for kind in kinds]
+    paths = [locate(kind, cfg["model"], cfg["task"]) / "meta.json" for kind in kinds]
     while not all(p.is_file() for p in paths):
         beat()
         time.sleep(poll_s)

@@ -36,7 +36,7 @@ def smoke(tmp_path_factory):
                  "federated.drop_policy=continue", f"federated.fault_drop_round={DROP_ROUND}",
                  "federated.fault_drop_client=2", f"net.backend={_backend()}"]
     outcomes = run_scenario(compose_config(overrides), overrides)
-    return {o.run_id.rsplit("-", 1)[0]: (o, read_rows(o.run_dir)) for o in outcomes}
+    return {o.variant: (o, read_rows(o.run_dir)) for o in outcomes}
 
 
 def test_every_method_runs_and_writes_its_rows(smoke):

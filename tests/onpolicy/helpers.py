@@ -26,6 +26,18 @@ def lm_backward(model, step: int) -> float:
     return float(out.loss.detach())
 
 
+class FakeRollouts:
+    """The two things policy_kl reads from rollouts (via the task)."""
+    def __init__(self, n=3, t=5):
+        g = torch.Generator().manual_seed(0)
+        self.sequences = torch.randint(0, VOCAB, (n, 4 + t), generator=g)
+        self.completion_mask = torch.ones(n, t, dtype=torch.bool)
+        self.completion_mask[0, 3:] = False
+
+
+class FakeTask:
+    def completion_logits(self, model, r):
+        return model(input_ids=r.sequences).logits[:, 3:-1].float()
 
 
 def compressor(name: str, **options):

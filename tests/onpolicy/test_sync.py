@@ -12,7 +12,7 @@ from harness.onpolicy import methods as sync_methods
 from harness.onpolicy import sync as syncs
 from harness.onpolicy.state import Replica, SyncError, adapter_params, checksum, flip_bit, make_optimizer
 
-from .helpers import compressor, lm_backward, make_peft
+from .helpers import FakeRollouts, FakeTask, compressor, lm_backward, make_peft
 
 LR = 1e-2
 
@@ -145,3 +145,26 @@ def test_unknown_method_names_the_key():
     p = adapter_params(lm)
     with pytest.raises(SyncError, match="method.name: 'zip'"):
         sync_methods.build("zip", "learner", Replica(p, make_optimizer(p)))
+
+
+@pytest.mark.parametrize("method, comp, dtype", [
+    ("hilo", dict(name="identity", dtype="fp32"), "bf16"), ("hilo", dict(name="spar", budget=0.1), "bf16"),
+    ("full_sync", None, "fp32"), ("full_sync", None, "bf16"), ("delta", dict(name="spar", budget=0.1), "bf16"),
+])
+def test_policy_kl_is_measured_against_what_the_worker_holds(method, comp, dtype):
+    """policy_kl runs two forwards for every method. The test compares the worker's actual tensors
+    with the learner's copy (worker_params) and with the learner's own adapter: equal tensors
+    (hilo, fp32 full sync) measure exactly 0.0; a worker that holds other tensors (delta's
+    compressed deltas, bf16 rounding) measures > 0."""
+    from harness.onpolicy.mismatch import policy_kl
+
+    lm, ls, wm, ws = pair(method, comp=comp, sync_dtype=dtype)
+    run(lm, ls, wm, ws, 3)
+    worker = adapter_params(wm)
+    assert same_tensors(ls.worker_params(), worker)              # the learner knows what the worker holds
+    kl = policy_kl(FakeTask(), lm, ls.replica.params, {n: t.detach() for n, t in worker.items()}, FakeRollouts())
+    if same_tensors(worker, adapter_params(lm)):
+        assert kl == 0.0
+    else:
+        assert kl > 0.0
+    assert (kl == 0.0) == (method == "hilo" or dtype == "fp32")
