@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.validate", "harness.plan"),                              # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
     ("harness.__main__", "harness.bench", "harness.selftest", "harness.compress.bench",
-     "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes",
+     "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool",
      "harness.onpolicy.sparsity"),                                      # entry points
 ]
 

@@ -23,7 +23,7 @@ def _configs(scenario: str):
 def test_shipped_files_match_the_manifest():
     entries = bases.manifest()["entries"]
     assert {e["kind"] for e in entries.values()} == {"teacher", "student"}, (
-        "no shipped reference bases: build them and run python -m harness.tasks.bases ship "
+        "no shipped reference bases: build them and run python -m harness.tasks.basetool ship "
         "$NARROWBAND_CACHE/teacher-<hash> $NARROWBAND_CACHE/student-<hash> (docs/reproducibility.md)")
     assert bases.verify() == []
 
