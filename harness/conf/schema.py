@@ -137,6 +137,7 @@ class FederatedConfig:
     drop_policy: str = "fail"        # fail | continue (a dead client is dropped from the round)
     optimizer: str = "sgd"           # client optimizer, fresh each round: sgd | adamw
     momentum: float = 0.0            # sgd momentum (0: plain SGD, what the SPRA analysis assumes)
+    isolate_compute: bool = True     # clients' local trainings take turns (a compute token): isolated compute times
     # --- fault injection (tests): from this round on, client fault_drop_client stops answering ---
     fault_drop_round: int = -1       # -1: never
     fault_drop_client: int = 0       # 0-based client index

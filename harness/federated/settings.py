@@ -38,6 +38,7 @@ class Settings:
     seed: int
     fault_drop_round: int        # tests: this round, client fault_drop_client stops answering
     fault_drop_client: int
+    isolate_compute: bool = True     # local trainings take turns (client.compute_token)
 
     @property
     def r_max(self) -> int:
@@ -99,4 +100,5 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         drop_policy=str(fed["drop_policy"]), optimizer=optimizer, momentum=float(fed.get("momentum", 0.0)),
         batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg.get("seed", 0)),
         fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
+        isolate_compute=bool(fed.get("isolate_compute", True)),
     )
