@@ -105,6 +105,7 @@ class MethodConfig:
     # --- federated (owned by harness/federated) ---
     lr_rule: str = "linear"          # spra: eta_k = eta_ref * f(r_k / r_ref): linear | sqrt | const
     resample_every: int = 5          # spra: T rounds between A resamples (0: never)
+    a_variance: str = "rank"         # A_k = Z[:r_k] / sqrt(v): v = r_k ("rank") or r_ref ("ref"); ablation of SPRA's lr rule
 
 
 @dataclass

@@ -117,3 +117,23 @@ def test_link_columns_are_the_clients_own():
     assert cols == {"rate_mbit": 10.0, "delay_ms": 20.0, "up_rate_mbit": 5.0, "down_rate_mbit": 10.0,
                     "up_delay_ms": 40.0, "down_delay_ms": 20.0}
     assert link_columns(SimpleNamespace(channel=SimpleNamespace()), 1) == {}
+
+
+def test_a_variance_ref_gives_every_client_variance_one_over_r_ref(tmp_path):
+    """method.a_variance=ref: A_k = Z[:r_k] / sqrt(r_ref) (the ablation that separates A's variance from the lr rule)."""
+    import math
+
+    import torch
+
+    from harness.federated.projection import draw
+
+    cfg = config("spra", rounds=1)
+    cfg["method"]["a_variance"] = "ref"
+    parties = run_in_threads(cfg, tmp_path)
+    for rank in (1, 2, 3):
+        ad = parties[rank].adapter
+        name = ad.names[0]
+        z = draw(cfg["seed"], 0, name, 8, ad.targets[0].d_in)[:ad.rank(name)]
+        assert torch.equal(ad.a(name).detach(), (z.double() / math.sqrt(8)).float())   # r_ref = max rank = 8
+    rows = read_rows(tmp_path)
+    assert rows[rows.role == "server"].in_sync.dropna().astype(bool).all()
