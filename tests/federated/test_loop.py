@@ -137,3 +137,13 @@ def test_a_variance_ref_gives_every_client_variance_one_over_r_ref(tmp_path):
         assert torch.equal(ad.a(name).detach(), (z.double() / math.sqrt(8)).float())   # r_ref = max rank = 8
     rows = read_rows(tmp_path)
     assert rows[rows.role == "server"].in_sync.dropna().astype(bool).all()
+
+
+def test_flora_downlink_is_counted_stacked_and_dense(tmp_path):
+    """FLoRA's stacked downlink is sent (payload_bytes_down); the dense form is counted beside it."""
+    run_in_threads(config("flora", rounds=3, eval_every=0), tmp_path)
+    rows = read_rows(tmp_path)
+    server = rows[(rows.role == "server") & (rows.step > 0)].sort_values("step")
+    dense = 4 * (32 * 32 + 32 * 32 + 32 * 48)                        # q, v (32x32), down (32x48), fp32
+    assert list(server.merge_bytes_down_dense) == [0, 3 * dense, 3 * dense]   # round 1: nothing merged yet
+    assert (server.payload_bytes_down.iloc[1:] > 0).all()
