@@ -167,6 +167,9 @@ class Config:
 
 
 def register() -> None:
+    from harness.tuning import register_resolver
+
+    register_resolver()                  # ${tuned_lr:SCENARIO,VARIANT}: committed tuning files (harness/tuning.py)
     cs = ConfigStore.instance()
     cs.store(name="narrowband_schema", node=Config)
     cs.store(group="net", name="net_schema", node=NetConfig)
