@@ -100,6 +100,8 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
     a_variance = str(method.get("a_variance", "rank"))
     _need(a_variance in A_VARIANCES, f"method.a_variance: {a_variance!r} is not allowed; choose one of "
                                      f"{', '.join(A_VARIANCES)} (A_k = Z / sqrt(r_k) or Z / sqrt(r_ref))")
+    split = cfg["task"].get("eval_split", "test")
+    _need(split in ("test", "validation"), f"task.eval_split: {split!r} is not allowed; choose test or validation")
     r_ref = int(fed["r_ref"]) if fed.get("r_ref") else max(ranks)
     _need(r_ref >= 1, f"federated.r_ref: {fed.get('r_ref')!r} must be >= 1")
     _need(int(fed["eval_every"]) >= 0, f"federated.eval_every: {fed['eval_every']!r} must be >= 0 (0: last round only)")
