@@ -160,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[narrowband] {err}", file=sys.stderr)
         return 2
     sweep = Sweep(opts["scenario"])
-    for name, extra in variants.items():
-        if not opts["only"] or name in opts["only"]:
-            tune_variant(sweep, base, name, list(extra), opts)
+    names = opts["only"] or list(variants)             # in the order asked for
+    for name in names:
+        tune_variant(sweep, base, name, list(variants[name]), opts)
+        select(sweep.points).to_csv(selected_path(opts["scenario"]), index=False)   # usable after every variant
     table = select(sweep.points)
-    table.to_csv(selected_path(opts["scenario"]), index=False)
     print(table.to_string(index=False))
     edge = table[table["at_edge"]]
     if len(edge):
