@@ -160,7 +160,7 @@ class Client:
         losses = []
         flops = Flops()
         start = time.perf_counter()
-        for i, batch in enumerate(batches):
+        for batch in batches:
             t0 = time.perf_counter()
             if self.shapes is None:             # trainability is fixed per method: observe once
                 with observe(model) as shapes:
