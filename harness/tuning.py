@@ -16,13 +16,15 @@ command producing it.
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
 from harness.paths import results_root
 
 POINT_COLUMNS = ["variant", "optimizer", "lr", "seed", "rounds", "val_loss", "val_accuracy"]
+if TYPE_CHECKING:                        # pandas only when a file is read (the resolver is registered with the schema)
+    import pandas as pd
+
 SELECTED_COLUMNS = ["variant", "optimizer", "lr", "val_loss", "val_accuracy", "seeds", "grid_min", "grid_max",
                     "grid_points", "at_edge"]
 
@@ -39,8 +41,10 @@ def selected_path(scenario: str, root: Path | None = None) -> Path:
     return tuning_dir(root) / f"{scenario}.selected.csv"
 
 
-def select(points: pd.DataFrame) -> pd.DataFrame:
+def select(points: "pd.DataFrame") -> "pd.DataFrame":
     """Per variant: the lr with the lowest mean val_loss over seeds, and whether it is a grid edge."""
+    import pandas as pd
+
     rows = []
     for variant, group in points.groupby("variant", sort=False):
         means = group.groupby("lr").agg(val_loss=("val_loss", "mean"), val_accuracy=("val_accuracy", "mean"),
@@ -55,7 +59,9 @@ def select(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SELECTED_COLUMNS)
 
 
-def read_selected(scenario: str, root: Path | None = None) -> pd.DataFrame:
+def read_selected(scenario: str, root: Path | None = None) -> "pd.DataFrame":
+    import pandas as pd
+
     path = selected_path(scenario, root)
     if not path.exists():
         raise ConfigError(f"federated.lr: no tuning file {path}; run `python -m harness.tune scenario={scenario}`")
