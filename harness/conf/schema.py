@@ -83,6 +83,8 @@ class TaskConfig:
     alpha: float = 0.5               # Dirichlet concentration over sub-distributions (lower = more non-IID)
     client_sizes: List[int] = field(default_factory=list)  # examples per client; [] = equal split
     examples: int = 2048             # total federated training examples
+    eval_split: str = "test"         # federated: evaluate on the held-out "test" problems or the "validation" ones (tuning)
+    validation_prompts: int = 256    # federated: validation problems (training-side, disjoint from every client's data)
     batch_size: int = 16
 
 
@@ -110,6 +112,7 @@ class MethodConfig:
     # --- federated (owned by harness/federated) ---
     lr_rule: str = "linear"          # spra: eta_k = eta_ref * f(r_k / r_ref): linear | sqrt | const
     resample_every: int = 5          # spra: T rounds between A resamples (0: never)
+    a_variance: str = "rank"         # A_k = Z[:r_k] / sqrt(v): v = r_k ("rank") or r_ref ("ref"); ablation of SPRA's lr rule
 
 
 @dataclass
@@ -142,6 +145,7 @@ class FederatedConfig:
     drop_policy: str = "fail"        # fail | continue (a dead client is dropped from the round)
     optimizer: str = "sgd"           # client optimizer, fresh each round: sgd | adamw
     momentum: float = 0.0            # sgd momentum (0: plain SGD, what the SPRA analysis assumes)
+    isolate_compute: bool = True     # clients' local trainings take turns (a compute token): isolated compute times
     # --- fault injection (tests): from this round on, client fault_drop_client stops answering ---
     fault_drop_round: int = -1       # -1: never
     fault_drop_client: int = 0       # 0-based client index
@@ -169,6 +173,9 @@ class Config:
 
 
 def register() -> None:
+    from harness.tuning import register_resolver
+
+    register_resolver()                  # ${tuned_lr:SCENARIO,VARIANT}: committed tuning files (harness/tuning.py)
     cs = ConfigStore.instance()
     cs.store(name="narrowband_schema", node=Config)
     cs.store(group="net", name="net_schema", node=NetConfig)

@@ -3,9 +3,12 @@
 Every party (server and clients) wraps its own PeftModel in an :class:`Adapter`. Each
 adapted linear layer ("target", in a fixed sorted order shared by every party) holds
 
-    delta W = s B A = C Z      with   B = C sqrt(r) / s,   A = Z / sqrt(r)
+    delta W = s B A = C Z      with   B = C sqrt(v) / s,   A = Z / sqrt(v)
 
-where r is this party's rank of the layer and s its peft scale (alpha / r). ``C``
+where r is this party's rank of the layer, s its peft scale (alpha / r) and v the variance
+rank: v = r (default: A ~ N(0, 1/r_k)) or, with ``method.a_variance=ref``, v = r_ref for
+every party (A ~ N(0, 1/r_ref): the SPRA ablation that separates A's variance from the
+learning-rate rule). ``C``
 (d_out x r, "coefficients") and ``Z`` (r x d_in, "basis", unit-variance rows when drawn)
 are what the wire carries and what aggregators average; B and A are what the optimizer
 sees. The convention makes A ~ N(0, 1/r) when Z ~ N(0, 1) (projection.py) and lets
@@ -37,10 +40,11 @@ class Target:
 class Adapter:
     """The LoRA layers of ``model`` (a peft PeftModel) in sorted name order."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, a_var_rank: int | None = None) -> None:
         from peft.tuners.lora import LoraLayer
 
         self.model = model
+        self.a_var_rank = a_var_rank             # v of A = Z / sqrt(v); None: the layer's rank
         self.layers: dict[str, nn.Module] = {}
         for name, module in model.named_modules():
             if isinstance(module, LoraLayer) and "default" in module.lora_A:
@@ -62,9 +66,13 @@ class Adapter:
     def scale(self, name: str) -> float:
         return float(self.layers[name].scaling["default"])
 
+    def var_rank(self, name: str) -> int:
+        """v of ``A = Z / sqrt(v)``: the layer's rank, or the run's a_var_rank (r_ref)."""
+        return int(self.a_var_rank) if self.a_var_rank else self.rank(name)
+
     def factor(self, name: str) -> float:
-        """s / sqrt(r): C = B * factor, B = C / factor."""
-        return self.scale(name) / math.sqrt(self.rank(name))
+        """s / sqrt(v): C = B * factor, B = C / factor."""
+        return self.scale(name) / math.sqrt(self.var_rank(name))
 
     # -- parameters -------------------------------------------------------------------------
     def a(self, name: str) -> nn.Parameter:
@@ -84,15 +92,15 @@ class Adapter:
             b.copy_((c[:, :r].to(torch.float64) / self.factor(name)).to(b.dtype))
             if z is not None:
                 a = self.a(name)
-                a.copy_((z[:r].to(torch.float64) / math.sqrt(r)).to(a.dtype))
+                a.copy_((z[:r].to(torch.float64) / math.sqrt(self.var_rank(name))).to(a.dtype))
 
     def coeffs(self, name: str) -> Tensor:
-        """C = B * s / sqrt(r) (d_out x r, float32)."""
+        """C = B * s / sqrt(v) (d_out x r, float32)."""
         return (self.b(name).detach().to(torch.float64) * self.factor(name)).float()
 
     def basis(self, name: str) -> Tensor:
-        """Z = A * sqrt(r) (r x d_in, float32)."""
-        return (self.a(name).detach().to(torch.float64) * math.sqrt(self.rank(name))).float()
+        """Z = A * sqrt(v) (r x d_in, float32)."""
+        return (self.a(name).detach().to(torch.float64) * math.sqrt(self.var_rank(name))).float()
 
     def freeze_a(self, frozen: bool) -> None:
         """Frozen A gets no gradient at all (requires_grad False: backward skips its matmul)."""

@@ -18,9 +18,10 @@ Which aggregator each method uses:
 - fedit: :func:`column_average` of B and :func:`row_average` of A, separately (FedIT's
   FedAvg; inexact: ``avg(B) avg(A) != avg(B A)``).
 - hetlora: :func:`zero_pad_average` of B and of A (pads count as zeros, weights normalised
-  over all clients of the round), clients truncate to their rank.
+  over all clients of the round) with HetLoRA's sparsity weights :func:`norm_weights`
+  (``||B_k A_k||_F``), clients truncate to their rank.
 - flora: :func:`stack` (exact: the stacked factors multiply to ``sum_k p_k B_k A_k``).
-- flexlora: :func:`product_average` then :func:`svd_split` per client rank.
+- flexlora: :func:`product_average` then :func:`svd_split` per client rank (B = U S, A = V^T).
 
 Column normalisation (spra, ffa, fedit): column j is averaged over the clients that hold
 it, with their weights renormalised over those clients (``w_k / sum_{l: r_l > j} w_l``),
@@ -129,25 +130,34 @@ def product_average(items: Sequence[tuple[tuple[Tensor, Tensor], float]]) -> Ten
     return total
 
 
-def svd_split(delta: Tensor, rank: int, min_row_norm: float = 0.0) -> tuple[Tensor, Tensor]:
+def svd_split(delta: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     """FlexLoRA redistribution: the best rank-``rank`` factors of ``delta`` (Eckart-Young).
 
-    Returns ``(B, A)`` in float64 with ``B A == U_r S_r V_r^T`` (the truncated SVD) and the
-    singular values split evenly, ``B = U sqrt(S)``, ``A = sqrt(S) V^T`` (balanced factors:
-    the gradient of one factor does not scale with the square of the other's size), except
-    that a row of A is never shorter than ``min_row_norm``: for small singular values
-    ``A_j = min_row_norm V_j`` and ``B_j = U_j S_j / min_row_norm``, so that a component
-    with S_j ~ 0 still has a live A row (B = A = 0 would be a saddle nothing learns from).
-    ``rank`` may be at most min(d_out, d_in).
+    Returns ``(B, A)`` in float64 with ``B = U_r S_r`` and ``A = V_r^T``, so ``B A`` is the
+    truncated SVD (Bai et al. 2024, FlexLoRA, Sec. 3: the server decomposes the weighted
+    full-size average and gives client k its top-r_k singular components; the singular
+    values go into B, A keeps orthonormal rows). No stabiliser: A's rows are unit vectors
+    whatever S, so a component with S_j ~ 0 still has a live A row and B_j ~ 0 (an ordinary
+    LoRA start, not a B = A = 0 saddle). ``rank`` may be at most min(d_out, d_in).
     """
     if not 1 <= rank <= min(delta.shape):
         raise ValueError(f"svd_split: rank {rank} outside 1..{min(delta.shape)} (the matrix is {tuple(delta.shape)})")
     u, s, vh = torch.linalg.svd(delta.to(torch.float64), full_matrices=False)
-    return split_factors(u, s, vh, rank, min_row_norm)
+    return split_factors(u, s, vh, rank)
 
 
-def split_factors(u: Tensor, s: Tensor, vh: Tensor, rank: int, min_row_norm: float = 0.0) -> tuple[Tensor, Tensor]:
+def split_factors(u: Tensor, s: Tensor, vh: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     """:func:`svd_split` from a precomputed SVD (one SVD serves every client rank)."""
-    a_norm = s[:rank].sqrt().clamp_min(float(min_row_norm))
-    safe = torch.where(a_norm > 0, a_norm, torch.ones_like(a_norm))
-    return u[:, :rank] * (s[:rank] / safe), a_norm[:, None] * vh[:rank]
+    return u[:, :rank] * s[:rank], vh[:rank].clone()
+
+
+def norm_weights(items: Sequence[tuple[tuple[Tensor, Tensor], float]]) -> list[float]:
+    """HetLoRA's sparsity-weighted aggregation weights: ``||B_k A_k||_F`` per client.
+
+    Cho et al. 2024 (HetLoRA, Sec. 3.2) weight each client's zero-padded update by the
+    Frobenius norm of its product ``B_k A_k`` (normalised over the round's clients), so an
+    update that moved little (a sparse, uninformative one) pulls less. Returned unnormalised;
+    :func:`zero_pad_average` normalises. An all-zero round falls back to equal weights.
+    """
+    norms = [float((b.detach().to(torch.float64) @ a.detach().to(torch.float64)).norm()) for (b, a), _ in items]
+    return norms if sum(norms) > 0 else [1.0] * len(norms)

@@ -12,18 +12,79 @@ transfer_down_s / transfer_up_s (receiver-measured: this client's / the server's
 Transfer), send_s (how long the client's send was busy), round_s (down + compute + up),
 payload and tensor bytes per direction, wire bytes (interface counters: rx over the
 downlink, tx from the downlink until the server's next message), in_sync, merges applied.
+
+Compute, measured so it means something (issue 14): ``client_flops`` (exact matmul FLOPs of
+the E steps, flops.py; split into ``flops_forward``, ``flops_input_grad``,
+``flops_weight_grad``) and ``client_compute_isolated_s``: with ``federated.isolate_compute``
+(default) each client trains while holding the run's compute token, so no two clients
+compute at once and the time is not CPU contention between clients; ``compute_wait_s`` is
+the time queued for it. Transfers happen outside the token and still overlap. Chosen over
+a separate measurement pass because it times the very steps whose updates are used, on
+the same batches, at no extra cost; the price is that the wall-clock ``round_s`` of the
+server includes the queueing (the server's ``slowest_client_s`` = max over clients of down
++ isolated compute + up is the round time clients on their own machines would see).
+``isolate_compute=false`` gives the old contended figure (client_compute_isolated_s NaN).
+
+Links: every row carries this client's own link, ``up_rate_mbit``, ``down_rate_mbit``,
+``up_delay_ms``, ``down_delay_ms``, and the key columns ``rate_mbit`` / ``delay_ms`` are its
+downlink's (not the config default); ``rank`` is its LoRA rank.
 """
 from __future__ import annotations
 
+import fcntl
+import math
 import time
-from typing import Any
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
 
 import torch
 
 from harness import optim
+from harness.federated.flops import Flops, batch_tokens, observe, step_flops
 from harness.federated.messages import DownMsg, UpMsg
 from harness.federated.methods import fresh_basis
 from harness.federated.party import Bases, Party, apply_merge, sync_device, weight_of
+
+
+@contextmanager
+def compute_token(path: Path | None) -> Iterator[float]:
+    """Hold the run's compute token (an exclusive ``flock`` on ``path``) for the block.
+
+    Yields the seconds spent waiting for it. ``path`` None: no token (compute may overlap).
+    Every client of a run locks the same file in the run folder (processes in separate
+    network namespaces still share the file system), so local trainings run one at a time
+    while transfers, which happen outside the block, still overlap.
+    """
+    if path is None:
+        yield 0.0
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield time.perf_counter() - t0
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def link_columns(ctx: Any, rank: int) -> dict[str, float]:
+    """This client's own link (rank ``rank`` of the star): up/down rate (Mbit/s) and delay (ms).
+
+    ``rate_mbit`` / ``delay_ms`` (key columns) are set to the downlink's, the direction the
+    model and merges come down. Unshaped or unknown: NaN rate, 0 delay.
+    """
+    links = getattr(ctx.channel, "links", None)
+    if links is None:
+        return {}
+
+    def mbit(spec: Any) -> float:
+        return spec.rate_bps / 1e6 if spec.rate_bps is not None else math.nan
+
+    up, down = links.up[rank], links.down[rank]
+    return {"rate_mbit": mbit(down), "delay_ms": down.delay_s * 1e3, "up_rate_mbit": mbit(up),
+            "down_rate_mbit": mbit(down), "up_delay_ms": up.delay_s * 1e3, "down_delay_ms": down.delay_s * 1e3}
 
 
 def make_optimizer(params: list, name: str, lr: float, momentum: float) -> torch.optim.Optimizer:
@@ -45,6 +106,7 @@ class Client:
         gen = torch.Generator()
         gen.manual_seed(self.s.seed * 1_000_003 + index)
         self.batches = party.task.batches(index, self.s.batch_size, gen)
+        self.shapes: list | None = None           # linear layers seen on the last observed step (flops.py)
 
     # -- one round ------------------------------------------------------------------------
     def catch_up(self, msg: DownMsg) -> tuple[str, bool]:
@@ -71,20 +133,41 @@ class Client:
         ad.freeze_a(not self.trains_a)
         return total, total == msg.expect
 
-    def train(self) -> dict[str, float]:
-        """E local steps; returns summed forward/backward/compute seconds and the mean loss."""
+    def train(self, token: Path | None = None) -> dict[str, float]:
+        """E local steps; returns summed forward/backward/compute seconds, FLOPs and the mean loss.
+
+        With ``token`` the loop runs while holding the run's compute token
+        (:func:`compute_token`): ``client_compute_isolated_s`` is then its wall time with no
+        other client computing, ``compute_wait_s`` the time queued for the token. Batches
+        are drawn before the token is taken. ``client_flops`` counts the E steps' matmuls
+        (harness.federated.flops), from the layer shapes observed on the first step.
+        """
         party = self.party
-        model, task = party.model, party.task
         lr = self.s.lr_of(self.index)
         opt = make_optimizer(party.adapter.trainable(), self.s.optimizer, lr, self.s.momentum)
+        batches = [{k: v.to(party.device) for k, v in next(self.batches).items()} for _ in range(self.s.local_steps)]
+        with compute_token(token) as wait_s:
+            stats = self._steps(batches, opt)
+        stats.update(lr=lr, compute_wait_s=wait_s,
+                     client_compute_isolated_s=stats["client_compute_s"] if token is not None else math.nan)
+        return stats
+
+    def _steps(self, batches: list[dict[str, Any]], opt: torch.optim.Optimizer) -> dict[str, float]:
+        party = self.party
+        model, task = party.model, party.task
         model.train()
         fwd = bwd = 0.0
         losses = []
+        flops = Flops()
         start = time.perf_counter()
-        for _ in range(self.s.local_steps):
-            batch = {k: v.to(party.device) for k, v in next(self.batches).items()}
+        for batch in batches:
             t0 = time.perf_counter()
-            loss = task.loss(model, batch)
+            if self.shapes is None:             # trainability is fixed per method: observe once
+                with observe(model) as shapes:
+                    loss = task.loss(model, batch)
+                self.shapes = shapes
+            else:
+                loss = task.loss(model, batch)
             sync_device(party.device)
             t1 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
@@ -94,10 +177,12 @@ class Client:
             opt.step()
             fwd, bwd = fwd + (t1 - t0), bwd + (t2 - t1)
             losses.append(float(loss.detach()))
+            flops = flops + step_flops(self.shapes, batch_tokens(batch))
         sync_device(party.device)
         model.eval()
         return {"forward_s": fwd, "backward_s": bwd, "client_compute_s": time.perf_counter() - start,
-                "loss": sum(losses) / len(losses), "lr": lr}
+                "loss": sum(losses) / len(losses), "client_flops": flops.total, "flops_forward": flops.forward,
+                "flops_input_grad": flops.input_grad, "flops_weight_grad": flops.weight_grad}
 
     def update(self, round_index: int, info: dict[str, Any]) -> UpMsg:
         ad = self.party.adapter
@@ -117,6 +202,9 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
     client = Client(party, ctx.rank - 1, trains_a)
     names, s = client.names, client.s
     pending: dict[str, Any] = {}
+    links = link_columns(ctx, ctx.rank)
+    run_dir = getattr(ctx, "run_dir", None)
+    token = Path(run_dir) / ".compute.token" if s.isolate_compute and run_dir is not None else None
 
     def finish(msg: DownMsg, wire_now: Any) -> None:
         if not pending:
@@ -143,7 +231,7 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
             ctx.channel.gather(UpMsg(t, gone=True).to_bytes(names), tag=f"fed/up/{t}")
             return
         checksum, in_sync = client.catch_up(msg)
-        stats = client.train()
+        stats = client.train(token)
         up = client.update(t, {"examples": client.examples, "checksum": checksum, "in_sync": in_sync,
                                "transfer_down_s": down_tr.seconds, **stats})
         payload = up.to_bytes(names)
@@ -152,6 +240,8 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
             _step=t + 1, _tx=after.tx_bytes, rank=client.rank, lr=stats["lr"], loss=stats["loss"],
             examples=client.examples, forward_s=stats["forward_s"], backward_s=stats["backward_s"],
             client_compute_s=stats["client_compute_s"], transfer_down_s=down_tr.seconds, send_s=send_tr.seconds,
+            **{k: stats[k] for k in ("client_compute_isolated_s", "compute_wait_s", "client_flops", "flops_forward",
+                                     "flops_input_grad", "flops_weight_grad")}, **links,
             payload_bytes_down=len(data), payload_bytes_up=len(payload), tensor_bytes_up=up.tensor_bytes,
             wire_bytes_down=after.rx_bytes - before.rx_bytes, in_sync=in_sync, merges=client.merged,
             period=msg.down.period)

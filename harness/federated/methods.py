@@ -180,13 +180,16 @@ class FedIt(Basis):
 
 
 class HetLora(Basis):
-    """HetLoRA: zero-pad to r_max, average over the round's clients; clients truncate."""
+    """HetLoRA (Cho et al. 2024): zero-pad to r_max, sparsity-weighted average (weights
+    ``||C_k Z_k||_F`` per target, aggregate.norm_weights), clients truncate to their rank.
+    Rank self-pruning (the clients' tail regulariser) is not implemented (docs/federated.md)."""
     name = "hetlora"
 
     def aggregate(self, t: int, updates: list[Update]) -> Merge | None:
         for n in self.c:
-            self.c[n] = agg.zero_pad_average([(u.c[n], u.weight) for u in updates], self.c[n], dim=1)
-            self.z[n] = agg.zero_pad_average([(u.z[n], u.weight) for u in updates], self.z[n], dim=0)
+            w = agg.norm_weights([((u.c[n], u.z[n]), u.weight) for u in updates]) if updates else []
+            self.c[n] = agg.zero_pad_average([(u.c[n], wk) for u, wk in zip(updates, w)], self.c[n], dim=1)
+            self.z[n] = agg.zero_pad_average([(u.z[n], wk) for u, wk in zip(updates, w)], self.z[n], dim=0)
         return None
 
 
@@ -212,9 +215,8 @@ class FLora(Method):
 
 
 class FlexLora(Method):
-    """FlexLoRA: the server keeps the full product average D and gives each client the best
-    rank-r_k factors of it (truncated SVD, singular values split evenly between B and A,
-    A rows at least as long as a fresh draw's: aggregate.svd_split)."""
+    """FlexLoRA (Bai et al. 2024): the server keeps the full product average D and gives each
+    client the best rank-r_k factors of it (truncated SVD, B = U S, A = V^T: aggregate.svd_split)."""
     name = "flexlora"
 
     def __init__(self, setup: Setup) -> None:
@@ -235,8 +237,8 @@ class FlexLora(Method):
                 c[tg.name] = torch.zeros(tg.d_out, r)
                 z[tg.name] = draw(self.setup.seed, 0, tg.name, self.setup.r_max, tg.d_in)[:r].contiguous()
                 continue
-            # in LoRA terms (scale 1): B = C sqrt(r), A = Z / sqrt(r); a fresh A row is ~sqrt(d_in / r) long
-            b, a = agg.split_factors(*self._svd[tg.name], r, min_row_norm=math.sqrt(tg.d_in / r))
+            # in LoRA terms (scale 1, A = Z / sqrt(r), adapter.py): B = U S, A = V^T, as in the paper
+            b, a = agg.split_factors(*self._svd[tg.name], r)
             c[tg.name], z[tg.name] = (b / math.sqrt(r)).float(), (a * math.sqrt(r)).float()
         return Down(c=c, z=z)
 

@@ -48,7 +48,7 @@ def build_party(cfg: dict, settings: Settings, rank: int, device: str = "cpu", *
         base = load_base("student", model_cfg, task_cfg, progress=False)
     model = make_lora(base, rank=int(rank), alpha=model_cfg.get("alpha"), targets=list(model_cfg["targets"]),
                       init="zeros", seed=settings.seed).to(device)
-    adapter = Adapter(model)
+    adapter = Adapter(model, a_var_rank=settings.a_var_rank)
     if task is None:
         from harness.tasks import build_federated, build_tokenizer
         task = build_federated(task_cfg, build_tokenizer(model_cfg), settings.clients, settings.seed)

@@ -13,7 +13,10 @@ row's ``dropped``), and ends the run with the reason when ``fail``.
 Server row per round (role ``server``, step = round + 1; step 0 is the evaluation before
 training): round_s (wall clock from the first send to the last answer: the slowest
 selected client sets it), slowest_client_s and straggler (per client: its transfer down +
-compute + transfer up), payload/tensor/wire bytes per direction summed over the round,
+compute + transfer up; with isolated compute the round time clients on their own machines
+would see), payload/tensor/wire bytes per direction summed over the round,
+merge_bytes_down_dense (the base merges sent this round as dense fp32 deltas instead: FLoRA's
+second downlink form, counted not sent),
 aggregate_s, eval_loss / accuracy (when evaluated), in_sync (every selected client's base
 and projection matched the server's checksum), period, merges, selected, dropped, ranks
 (every client's rank, the run's key), round_ranks (ranks of this round's updates).
@@ -62,6 +65,17 @@ class Server:
         """The checksum a client must have after catching up (base, and the seeded Z)."""
         extra = self.method.basis_extra() if self.method.seeded_basis else None
         return self.party.adapter.base_checksum(extra=extra)
+
+    def dense_down_bytes(self, selected: list[int]) -> int:
+        """Bytes the round's base merges would take as one dense fp32 delta per target per client.
+
+        FLoRA's two downlink forms (Wang et al. 2024): the stacked factors (what is sent and
+        measured in ``payload_bytes_down``) or the dense ``sum_k p_k B_k A_k`` (d_out x d_in
+        per target). A selected client with pending merges would get one dense delta per
+        target (its missed merges summed); one without pending merges gets none.
+        """
+        dense = sum(4 * t.d_out * t.d_in for t in self.party.adapter.targets)
+        return dense * sum(1 for k in selected if k in self.alive and self.sent[k] < self.merges)
 
     def downlinks(self, t: int, selected: list[int]) -> dict[int, bytes]:
         expect = self.expect()
@@ -156,6 +170,7 @@ def run(ctx: Any, party: Party, method: Method) -> None:
             srv.add_merge(entry)
         selected = s.selected(t, srv.alive)
         payloads = srv.downlinks(t, selected)
+        dense_down = srv.dense_down_bytes(selected)
         start = time.perf_counter()
         sent = _send_all(ch, payloads, tag=f"fed/down/{t}", tolerant=s.drop_policy == "continue")
         got = _recv_all(ch, [k + 1 for k in srv.alive], tag=f"fed/up/{t}")
@@ -177,6 +192,7 @@ def run(ctx: Any, party: Party, method: Method) -> None:
             t + 1, rank=s.r_max, round_s=round_s, aggregate_s=aggregate_s,
             slowest_client_s=done.client_s[straggler] if straggler else float("nan"), straggler=straggler,
             payload_bytes_down=sum(len(p) for p in payloads.values()), payload_bytes_up=done.up_bytes,
+            merge_bytes_down_dense=dense_down,
             tensor_bytes_up=done.tensor_bytes,
             wire_bytes_down=wire1.tx_bytes - wire0.tx_bytes, wire_bytes_up=wire1.rx_bytes - wire0.rx_bytes,
             in_sync=all(done.in_sync) if done.in_sync else None, n_updates=len(done.updates),

@@ -18,6 +18,7 @@ from harness.errors import ConfigError
 
 OPTIMIZERS = ("sgd", "adamw")
 DROP_POLICIES = ("fail", "continue")
+A_VARIANCES = ("rank", "ref")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Settings:
     seed: int
     fault_drop_round: int        # tests: this round, client fault_drop_client stops answering
     fault_drop_client: int
+    isolate_compute: bool = True     # local trainings take turns (client.compute_token)
+    a_variance: str = "rank"         # A_k entries of variance 1/r_k ("rank") or 1/r_ref ("ref")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (what the launcher sends the roles inside the RunPlan)."""
@@ -53,6 +56,11 @@ class Settings:
     @property
     def r_max(self) -> int:
         return max(self.ranks)
+
+    @property
+    def a_var_rank(self) -> int | None:
+        """v in A_k = Z[:r_k] / sqrt(v): None (each party's own rank) or r_ref."""
+        return self.r_ref if self.a_variance == "ref" else None
 
     def lr_of(self, client: int) -> float:
         """Client k's learning rate: eta_ref * f(r_k / r_ref)."""
@@ -100,6 +108,11 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
                                                f"choose one of {', '.join(DROP_POLICIES)}")
     optimizer = fed.get("optimizer", "sgd")
     _need(optimizer in OPTIMIZERS, f"federated.optimizer: {optimizer!r} is not allowed; choose one of {', '.join(OPTIMIZERS)}")
+    a_variance = str(method.get("a_variance", "rank"))
+    _need(a_variance in A_VARIANCES, f"method.a_variance: {a_variance!r} is not allowed; choose one of "
+                                     f"{', '.join(A_VARIANCES)} (A_k = Z / sqrt(r_k) or Z / sqrt(r_ref))")
+    split = cfg["task"].get("eval_split", "test")
+    _need(split in ("test", "validation"), f"task.eval_split: {split!r} is not allowed; choose test or validation")
     r_ref = int(fed["r_ref"]) if fed.get("r_ref") else max(ranks)
     _need(r_ref >= 1, f"federated.r_ref: {fed.get('r_ref')!r} must be >= 1")
     _need(int(fed["eval_every"]) >= 0, f"federated.eval_every: {fed['eval_every']!r} must be >= 0 (0: last round only)")
@@ -110,4 +123,5 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         drop_policy=str(fed["drop_policy"]), optimizer=optimizer, momentum=float(fed.get("momentum", 0.0)),
         batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg.get("seed", 0)),
         fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
+        isolate_compute=bool(fed.get("isolate_compute", True)), a_variance=a_variance,
     )

@@ -15,6 +15,11 @@ reuse. Everything is a function of ``seed``.
 Loss: mean next-token cross-entropy on the answer and eos tokens (``data.sft_loss``).
 Evaluation: ``eval_loss`` (same loss) and ``accuracy`` (greedy exact match) on
 ``task.eval_prompts`` fixed held-out problems, the same for every client, seed and method.
+With ``task.eval_split=validation`` (learning-rate tuning, harness.tune) it uses instead
+``task.validation_prompts`` problems of the training side that no client holds: the next
+problems of the same seeded permutation the training pool is cut from (so disjoint from
+every client's data), and disjoint from the held-out test problems by the language's
+train/eval split. Tuning never sees the problems that report the result.
 """
 from __future__ import annotations
 
@@ -87,7 +92,13 @@ class FederatedTask:
             raise ConfigError(f"federated.clients: {n_clients} clients but only {examples} examples "
                               "(task.examples); each client needs data")
         self.sizes = self._sizes(cfg.get("client_sizes") or [], n_clients, examples)
-        self.pool = self._pool(examples)
+        split = str(cfg.get("eval_split", "test"))
+        if split not in ("test", "validation"):
+            raise ConfigError(f"task.eval_split: {split!r} is not allowed; choose test or validation")
+        n_val = int(cfg.get("validation_prompts", 256)) if split == "validation" else 0
+        if split == "validation" and n_val < 1:
+            raise ConfigError(f"task.validation_prompts: {n_val} must be >= 1 with task.eval_split=validation")
+        self.pool, validation = self._pool(examples, n_val)
         self.categories = self.lang.categories
         pool_cats = self.lang.category(self.pool)
         idx = dirichlet_split(pool_cats, len(self.categories), self.sizes, float(cfg.get("alpha", 0.5)),
@@ -96,6 +107,8 @@ class FederatedTask:
                         for i in idx]
         n_eval = int(cfg.get("eval_prompts", 128))
         self.eval_problems = self.lang.sample("eval", n_eval, torch.Generator().manual_seed(EVAL_SEED))
+        if validation is not None:
+            self.eval_problems = validation
         self.eval_batch = sft_batch(tokenizer, self.lang, self.eval_problems)
 
     @staticmethod
@@ -107,16 +120,25 @@ class FederatedTask:
             return sizes
         return [examples // n_clients + (1 if k < examples % n_clients else 0) for k in range(n_clients)]
 
-    def _pool(self, examples: int) -> Problems:
+    def _pool(self, examples: int, validation: int = 0) -> tuple[Problems, Problems | None]:
+        """The training pool and (``validation`` > 0) the validation problems, disjoint from it."""
         gen = torch.Generator().manual_seed(mix_seed("federated-pool", self.seed))
         if self.lang.digits <= 3:
             every = self.lang.all_problems("train")
-            if examples > len(every):
-                raise ConfigError(f"task.examples: {examples} is more than the {len(every)} distinct training "
-                                  f"problems of {self.lang.digits}-digit {''.join(self.lang.ops)}")
-            pick = torch.randperm(len(every), generator=gen)[:examples]
-            return Problems(every.a[pick], every.op[pick], every.b[pick])
-        return self.lang.sample("train", examples, gen)
+            if examples + validation > len(every):
+                raise ConfigError(f"task.examples: {examples} (+ {validation} validation problems) is more than the "
+                                  f"{len(every)} distinct training problems of {self.lang.digits}-digit "
+                                  f"{''.join(self.lang.ops)}")
+            perm = torch.randperm(len(every), generator=gen)
+            pick, val = perm[:examples], perm[examples:examples + validation]
+            held = Problems(every.a[val], every.op[val], every.b[val]) if validation else None
+            return Problems(every.a[pick], every.op[pick], every.b[pick]), held
+        pool = self.lang.sample("train", examples, gen)
+        if not validation:
+            return pool, None
+        # > 3 digits: a fresh draw of the training side; a repeat of a pool problem is possible but rare
+        vgen = torch.Generator().manual_seed(mix_seed("federated-validation", self.seed))
+        return pool, self.lang.sample("train", validation, vgen)
 
     # -- per-client access ---------------------------------------------------------------------
     def client_data(self, k: int) -> ClientData:

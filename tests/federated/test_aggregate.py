@@ -102,15 +102,23 @@ def test_svd_split_is_best_low_rank_and_exact_at_full_rank():
     delta = agg.product_average(items)          # rank <= 4
     b, a = agg.svd_split(delta, 4)
     torch.testing.assert_close(b @ a, delta, rtol=0, atol=1e-10)
-    torch.testing.assert_close(b.norm(dim=0), a.norm(dim=1))       # balanced: sqrt(S) on each side
-    b1, a1 = agg.svd_split(delta, 1)
     s = torch.linalg.svdvals(delta)
+    torch.testing.assert_close(a @ a.T, torch.eye(4, dtype=torch.float64))   # FlexLoRA: A = V^T, orthonormal rows
+    torch.testing.assert_close(b.norm(dim=0), s[:4])                         # B = U S
+    b1, a1 = agg.svd_split(delta, 1)
     torch.testing.assert_close((delta - b1 @ a1).norm(), s[1:].norm())
-    b5, a5 = agg.svd_split(delta, 5, min_row_norm=0.5)  # above the numerical rank: the 5th has S = 0
+    b5, a5 = agg.svd_split(delta, 5)            # above the numerical rank: the 5th has S = 0
     torch.testing.assert_close(b5 @ a5, delta, rtol=0, atol=1e-10)
-    assert a5[4].norm() == pytest.approx(0.5) and b5[:, 4].norm() < 1e-10  # a live A row, B = 0
+    assert a5[4].norm() == pytest.approx(1.0) and b5[:, 4].norm() < 1e-10  # a live A row, B = 0: no stabiliser needed
     with pytest.raises(ValueError, match="rank 6 outside"):
         agg.svd_split(delta, 6)
+
+
+def test_hetlora_weights_are_update_norms():
+    b1, a1, b2, a2 = _b(2, 1), _a(2, 2), 3 * _b(1, 3), _a(1, 4)
+    w = agg.norm_weights([((b1, a1), 1.0), ((b2, a2), 1.0)])
+    assert w == pytest.approx([float((b1 @ a1).norm()), float((b2 @ a2).norm())])
+    assert agg.norm_weights([((0 * b1, a1), 5.0), ((0 * b2, a2), 1.0)]) == [1.0, 1.0]   # nothing moved: equal
 
 
 def test_weights_must_be_positive():

@@ -70,3 +70,80 @@ def test_a_dead_client_process_is_dropped(tmp_path):
     server = rows[rows.role == "server"].sort_values("step")
     assert json.loads(server.dropped.iloc[1]) == ["client2"]
     assert list(server.n_updates.iloc[1:]) == [2, 2]
+
+
+def test_rows_carry_flops_and_frozen_a_skips_its_gradient(tmp_path):
+    """client_flops per row; spra's weight-gradient FLOPs are B's only: the same share as its uplink."""
+    rows = {}
+    for method in ("spra", "fedit"):
+        run_in_threads(config(method, rounds=1), tmp_path / method)
+        r = read_rows(tmp_path / method)
+        rows[method] = r[r.role != "server"].set_index("role")
+    for method in rows:
+        assert (rows[method].client_flops > 0).all()
+        assert (rows[method].client_flops == rows[method].flops_forward + rows[method].flops_input_grad
+                + rows[method].flops_weight_grad).all()
+    # same seeded batches, so the forward pass is the same computation
+    assert (rows["spra"].flops_forward == rows["fedit"].flops_forward).all()
+    # weight gradients: B (r x d_out) vs A and B (r x (d_in + d_out)) summed over q, v, down
+    ratio = (rows["spra"].flops_weight_grad / rows["fedit"].flops_weight_grad).round(9).unique()
+    assert list(ratio) == [round(96 / 208, 9)]
+
+
+def test_compute_token_is_exclusive(tmp_path):
+    import fcntl
+
+    from harness.federated.client import compute_token
+
+    path = tmp_path / ".compute.token"
+    with compute_token(path) as waited:
+        assert waited >= 0
+        with open(path, "a+b") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(path, "a+b") as other:                               # released after the block
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_link_columns_are_the_clients_own():
+    from types import SimpleNamespace
+
+    from harness.federated.client import link_columns
+    from harness.links import LinkTable
+    from netem.spec import LinkSpec
+
+    links = LinkTable(up=(LinkSpec(), LinkSpec(rate_bps=5e6, delay_s=0.04), LinkSpec(rate_bps=2e6)),
+                      down=(LinkSpec(), LinkSpec(rate_bps=10e6, delay_s=0.02), LinkSpec()))
+    cols = link_columns(SimpleNamespace(channel=SimpleNamespace(links=links)), 1)
+    assert cols == {"rate_mbit": 10.0, "delay_ms": 20.0, "up_rate_mbit": 5.0, "down_rate_mbit": 10.0,
+                    "up_delay_ms": 40.0, "down_delay_ms": 20.0}
+    assert link_columns(SimpleNamespace(channel=SimpleNamespace()), 1) == {}
+
+
+def test_a_variance_ref_gives_every_client_variance_one_over_r_ref(tmp_path):
+    """method.a_variance=ref: A_k = Z[:r_k] / sqrt(r_ref) (the ablation that separates A's variance from the lr rule)."""
+    import math
+
+    import torch
+
+    from harness.federated.projection import draw
+
+    cfg = config("spra", rounds=1)
+    cfg["method"]["a_variance"] = "ref"
+    parties = run_in_threads(cfg, tmp_path)
+    for rank in (1, 2, 3):
+        ad = parties[rank].adapter
+        name = ad.names[0]
+        z = draw(cfg["seed"], 0, name, 8, ad.targets[0].d_in)[:ad.rank(name)]
+        assert torch.equal(ad.a(name).detach(), (z.double() / math.sqrt(8)).float())   # r_ref = max rank = 8
+    rows = read_rows(tmp_path)
+    assert rows[rows.role == "server"].in_sync.dropna().astype(bool).all()
+
+
+def test_flora_downlink_is_counted_stacked_and_dense(tmp_path):
+    """FLoRA's stacked downlink is sent (payload_bytes_down); the dense form is counted beside it."""
+    run_in_threads(config("flora", rounds=3, eval_every=0), tmp_path)
+    rows = read_rows(tmp_path)
+    server = rows[(rows.role == "server") & (rows.step > 0)].sort_values("step")
+    dense = 4 * (32 * 32 + 32 * 32 + 32 * 48)                        # q, v (32x32), down (32x48), fp32
+    assert list(server.merge_bytes_down_dense) == [0, 3 * dense, 3 * dense]   # round 1: nothing merged yet
+    assert (server.payload_bytes_down.iloc[1:] > 0).all()

@@ -16,7 +16,8 @@ from .fakes import config
 @pytest.mark.parametrize("key, value", [
     ("federated.drop_policy", "maybe"), ("federated.optimizer", "lion"), ("federated.fraction", 0.0),
     ("federated.ranks", []), ("federated.rounds", 0), ("method.lr_rule", "cubic"),
-    ("method.resample_every", -1), ("method.name", "fedsgd"),
+    ("method.resample_every", -1), ("method.name", "fedsgd"), ("method.a_variance", "half"),
+    ("task.eval_split", "holdout"),
 ])
 def test_bad_values_name_the_key(key, value):
     cfg = config("spra")
