@@ -74,6 +74,13 @@ def build_report(results_dir: Path | str = "results", *, progress: bool = False,
         csv.append(results_dir / "tables" / f"{name}.csv")
     log = draw_all(coll, tables, results_dir / "plots", progress=progress)
     prune_stale(results_dir / "plots", log.paths())
+    sparsity = results_dir / "tables" / "sparsity.csv"     # python -m harness.onpolicy.sparsity (one process)
+    if sparsity.is_file():
+        import pandas as pd
+
+        from harness.report.sparsity_plot import plot_sparsity
+
+        plot_sparsity(pd.read_csv(sparsity), results_dir / "plots" / "sparsity")
     command = command or f"python -m harness.report --results {results_dir}"
     summary = write_summary(coll, tables, log, results_dir / "summary.md", command, claims=claims, crossover=cross)
     return {
