@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # lowest first
 LAYERS: list[tuple[str, ...]] = [
     ("netem",),                                                        # the emulator: imports no harness
-    ("harness.errors", "harness.paths", "harness.sealed", "harness.conf", "harness.progress"),   # leaves
+    ("harness.errors", "harness.paths", "harness.sealed", "harness.conf", "harness.progress",
+     "harness.tuning"),   # leaves
     ("harness.backends", "harness.links", "harness.record", "harness.digest", "harness.optim",
      "harness.fanout", "harness.compress", "harness.tasks"),           # building blocks
     ("harness.transport", "harness.role", "harness.spawn", "harness.supervise", "harness.cluster"),  # processes, wire
@@ -23,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.validate", "harness.plan"),                              # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
     ("harness.__main__", "harness.bench", "harness.selftest", "harness.compress.bench",
-     "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool",
+     "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
      "harness.onpolicy.sparsity"),                                      # entry points
 ]
 

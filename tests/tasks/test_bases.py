@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from harness.paths import scenario_names
 from harness.run import _merge_overrides, compose_config
-from harness.tasks import bases, cache
+from harness.tasks import bases, basetool, cache
 from harness.tasks.cache import describe_bases, load_base, locate, used_kinds
 
 
@@ -28,7 +28,12 @@ def test_shipped_files_match_the_manifest():
     assert bases.verify() == []
 
 
-@pytest.mark.parametrize("scenario", scenario_names())
+# hilo_wide is not a reference scenario: its `wide` bases come from a cost-only recipe (their teacher
+# does not learn the task, docs/wide.md), built in the cache and not shipped.
+NOT_REFERENCE = ("hilo_wide",)
+
+
+@pytest.mark.parametrize("scenario", [s for s in scenario_names() if s not in NOT_REFERENCE])
 def test_every_reference_scenario_starts_from_shipped_bases(scenario):
     for variant, cfg in _configs(scenario):
         for kind in used_kinds(cfg):
@@ -51,7 +56,7 @@ def test_loading_through_the_normal_path_keeps_the_bits():
 
 def test_recipes_in_the_manifest_rebuild_from_their_configs():
     for name, entry in bases.manifest()["entries"].items():
-        model, task = bases.configs_of(entry["recipe"])
+        model, task = basetool.configs_of(entry["recipe"])
         assert cache.recipe(entry["kind"], model, task) == entry["recipe"], name
         assert cache.entry_name(entry["kind"], model, task) == name
 
