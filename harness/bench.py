@@ -33,33 +33,32 @@ class Step:
 
 
 PY = sys.executable
-# The reference (make bench) runs every reference scenario at seeds 0-2 (the scenarios' own
-# `seeds:`), with the variants that the report's claims, tables and plots compare; --full runs
-# every variant of every scenario at seeds 0-4 (the headline comparisons at 5 seeds), which
-# takes several times longer (docs/report.md says how long it took).
+# The reference (make bench, ~40 min on 2 idle cores) runs the headline comparisons at seeds 0-2
+# (the scenarios' own `seeds:`): HiLo+Spar vs full sync vs low-rank r=1 (and the lossless patch)
+# on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA, the sparsity
+# measurement and the SNR study. --full runs every variant of every scenario (hilo_reward, the
+# other compressors and budgets, the SPRA ablations and claim variants, the rate x rank grid)
+# at seeds 0-4, several hours on 2 cores.
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
-HILO_REFERENCE = ("full_sync_10mbit,lowrank_r1_10mbit,delta_spar_10mbit,hilo_spar_10mbit,hilo_powersgd_subset_10mbit,"
-                  "hilo_powersgd_r1_10mbit,hilo_topk_10mbit,patch_10mbit,hilo_spar_b005_10mbit,hilo_spar_b05_10mbit,"
-                  "full_sync_100mbit,lowrank_r1_100mbit,hilo_spar_100mbit")
-REWARD_REFERENCE = ("full_sync_10mbit,lowrank_r1_10mbit,delta_spar_10mbit,hilo_spar_10mbit,hilo_powersgd_subset_10mbit,"
-                    "hilo_topk_10mbit,patch_10mbit,full_sync_100mbit,lowrank_r1_100mbit,hilo_spar_100mbit")
-SPRA_REFERENCE = "spra,spra_const_lr,spra_aref_linear,spra_equal_uplink,spra_no_resample,ffa,fedit,flora,hetlora,flexlora"
+HILO_REFERENCE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,patch_10mbit,full_sync_100mbit,hilo_spar_100mbit"
+SPRA_REFERENCE = "spra,fedit,ffa,hetlora"
 STEPS = (
     Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
     Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", f"only=[{HILO_REFERENCE}]"),
-         "HiLo+Spar vs full sync, low rank, delta, patch, other compressors and budgets; on-policy distillation",
+         "HiLo+Spar vs full sync, low rank r=1 and the lossless patch; on-policy distillation",
          full=(FULL_SEEDS,)),
-    Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", f"only=[{REWARD_REFERENCE}]"),
-         "the same comparison on reward-guided (GRPO-style) post-training", full=(FULL_SEEDS,)),
     Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", f"only=[{SPRA_REFERENCE}]"),
-         "SPRA-LoRA vs FedIT, FFA-LoRA, FLoRA, HetLoRA/FlexLoRA with heterogeneous ranks and links; SPRA's claims",
-         full=(FULL_SEEDS,)),
-    Step("grid_hilo", (PY, "-m", "harness", "-m", "scenario=grid_hilo"),
-         "rate x rank sweep (Hydra multirun), emulated and model backends: the crossover rate"),
+         "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links", full=(FULL_SEEDS,)),
     Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
          "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process"),
     Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
     Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs"),
+)
+FULL_ONLY = (
+    Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", FULL_SEEDS),
+         "the same comparison on reward-guided (GRPO-style) post-training"),
+    Step("grid_hilo", (PY, "-m", "harness", "-m", "scenario=grid_hilo"),
+         "rate x rank sweep (Hydra multirun), emulated and model backends"),
 )
 QUICK = ("netem-check", "hilo_distill", "spra_federated", "snr", "report")
 
@@ -67,16 +66,17 @@ QUICK = ("netem-check", "hilo_distill", "spra_federated", "snr", "report")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-    parser.add_argument("--full", action="store_true", help="every variant of every scenario at seeds 0-4 (hours)")
+    parser.add_argument("--full", action="store_true", help="every variant of every scenario, hilo_reward and grid_hilo too, at seeds 0-4 (hours)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these steps")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     args = parser.parse_args(argv)
-    names = [s.name for s in STEPS]
+    table = STEPS[:-1] + FULL_ONLY + STEPS[-1:] if args.full else STEPS     # the report last
+    names = [s.name for s in table]
     if args.only:
         bad = [n for n in args.only if n not in names]
         if bad:
             parser.error(f"--only: {bad[0]!r} is not a step; choose from {', '.join(names)}")
-    steps = [s for s in STEPS if (not args.only or s.name in args.only) and (not args.quick or s.name in QUICK)]
+    steps = [s for s in table if (not args.only or s.name in args.only) and (not args.quick or s.name in QUICK)]
     steps = [s.full_version() if args.full else s for s in steps]
     if args.list:
         for s in steps:

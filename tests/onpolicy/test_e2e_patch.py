@@ -25,7 +25,7 @@ def runs(tmp_path_factory):
                  f"onpolicy.steps={STEPS}", f"onpolicy.eval_every={STEPS}", "progress=false",
                  f"net.backend={probe().best_backend()}"]
     outcomes = run_scenario(compose_config(overrides), overrides)
-    return {o.run_id.rsplit("-", 1)[0]: (o, read_rows(o.run_dir)) for o in outcomes}
+    return {o.variant: (o, read_rows(o.run_dir)) for o in outcomes}
 
 
 def _learner(rows):

@@ -12,7 +12,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 STEPS = 2
 COMMON = ["scenario=smoke_hilo", "progress=false", f"onpolicy.steps={STEPS}", f"onpolicy.eval_every={STEPS}"]
-SAME = ["loss", "accuracy", "policy_kl", "update_bytes", "payload_bytes_down", "payload_bytes_up"]
+# payload_bytes_up is left out: the uplink's small frames carry measured seconds (a worker's
+# apply_s, as JSON text), whose printed length varies by a byte or two from run to run
+SAME = ["loss", "accuracy", "policy_kl", "update_bytes", "payload_bytes_down"]
 
 
 def _backend() -> str:

@@ -52,7 +52,7 @@ def run_dirs(out_dir: Path, scenario: str) -> list[Path]:
 
 
 def run_dir_of(out_dir: Path, scenario: str, variant: str) -> Path | None:
-    found = [p for p in run_dirs(out_dir, scenario) if p.name.rsplit("-", 1)[0] == variant]
+    found = [p for p in run_dirs(out_dir, scenario) if p.name.rsplit("-", 2)[0] == variant]   # <variant>-s<seed>-<hash>
     return found[0] if found else None
 
 
