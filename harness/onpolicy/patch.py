@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from harness.onpolicy import codec as codecs
-from harness.onpolicy.state import Replica, SyncError, checksum, load_state, pack_state
+from harness.onpolicy.state import Replica, SyncError, load_state
 from harness.onpolicy.sync import LearnerSync, Update, WorkerSync
 from harness.sealed import CRC_NBYTES, seal, unseal
 
@@ -175,14 +175,6 @@ class PatchLearner(LearnerSync):
             return None
         return {n: self.sent[n].view(torch.bfloat16).to(torch.float32).view(p.shape).to(p.device)
                 for n, p in self.replica.params.items()}
-
-    def expected_checksum(self) -> str:
-        view = self.worker_view()
-        return checksum(view if view is not None else self.replica.params)
-
-    def resync_payload(self) -> bytes:
-        view = self.worker_view()
-        return pack_state(view if view is not None else self.replica.params, None)
 
 
 class PatchWorker(WorkerSync):

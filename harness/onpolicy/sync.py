@@ -104,12 +104,16 @@ class LearnerSync:
         return {n: p.detach().clone() for n, p in self.replica.params.items()}
 
     def expected_checksum(self) -> str:
-        """Checksum a worker in sync must report after applying the latest payload."""
-        raise NotImplementedError
+        """Checksum a worker in sync must report after applying the latest payload: by default
+        of the adapter the workers hold (``worker_view``, else the learner's own)."""
+        view = self.worker_view()
+        return checksum(view if view is not None else self.replica.params)
 
     def resync_payload(self) -> bytes:
-        """Full state that puts a worker back in sync (fp32 adapter, and optimizer if replayed)."""
-        raise NotImplementedError
+        """Full state that puts a worker back in sync: by default the adapter the workers hold,
+        without optimizer state (methods whose workers replay steps override this)."""
+        view = self.worker_view()
+        return pack_state(view if view is not None else self.replica.params, None)
 
     def _optimizer_step(self) -> float:
         t0 = _timer()
@@ -138,14 +142,6 @@ class FullSyncLearner(LearnerSync):
             return None
         return {n: p.detach().to(self.dtype).to(torch.float32) for n, p in self.replica.params.items()}
 
-    def expected_checksum(self) -> str:
-        view = self.worker_view()
-        return checksum(view if view is not None else self.replica.params)
-
-    def resync_payload(self) -> bytes:
-        view = self.worker_view()
-        return pack_state(view if view is not None else self.replica.params, None)
-
 
 class DeltaLearner(LearnerSync):
     method = "delta"
@@ -173,12 +169,6 @@ class DeltaLearner(LearnerSync):
 
     def worker_view(self) -> dict[str, Tensor] | None:
         return self.view
-
-    def expected_checksum(self) -> str:
-        return checksum(self.view)
-
-    def resync_payload(self) -> bytes:
-        return pack_state(self.view, None)
 
 
 class HiLoLearner(LearnerSync):

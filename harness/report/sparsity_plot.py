@@ -80,3 +80,34 @@ def plot_sparsity(df, path: Path) -> list[Path]:
         written.append(path.with_suffix(suffix))
     plt.close(fig)
     return written
+
+
+def sparsity_section(results_dir: Path) -> list[str]:
+    """summary.md's section on bf16 update sparsity, from ``tables/sparsity.csv`` when present."""
+    import pandas as pd
+
+    csv = Path(results_dir) / "tables" / "sparsity.csv"
+    if not csv.is_file():
+        return []
+    df = pd.read_csv(csv)
+    table = summary(df)
+
+    def cell(lr: float, k: int, matrix: str) -> str:
+        r = table[(table.lr == lr) & (table.k == k) & (table.matrix == matrix) & (table.block == "all")]
+        if r.empty:
+            return "–"
+        r = r.iloc[0]
+        half = "" if pd.isna(r.ci95) else f" ± {r.ci95:.3f}"
+        return f"{r['mean']:.3f}{half}"
+
+    n = df.seed.nunique()
+    out = ["## bf16 update sparsity of the adapter (PULSE's premise; `python -m harness.onpolicy.sparsity`)", "",
+           f"Fraction of bf16 adapter entries unchanged from one update to the next (k=1) and over k updates, "
+           f"mean over {n} seeds of each run's mean over the second half of its {int(df['update'].max())} updates, "
+           "± 95% t-interval half-width. A lossless patch (`method=patch`) ships the changed ones.", "",
+           "| lr (AdamW) | LoRA A | LoRA B | whole adapter, k=1 | k=2 | k=4 | k=8 |", "|---|---|---|---|---|---|---|"]
+    for lr in sorted(df.lr.unique(), reverse=True):
+        out.append(f"| {lr:g} | {cell(lr, 1, 'A')} | {cell(lr, 1, 'B')} | {cell(lr, 1, 'all')} | "
+                   f"{cell(lr, 2, 'all')} | {cell(lr, 4, 'all')} | {cell(lr, 8, 'all')} |")
+    out += ["", "![sparsity](plots/sparsity.png)", ""]
+    return out

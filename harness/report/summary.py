@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
+from harness.report.sparsity_plot import sparsity_section
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection
 from harness.report.metrics import TARGET_FRACTION
@@ -360,6 +361,7 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
     lines += claims_section(tables, claims) + crossover_section(cross) + load_section(coll, tables)
     lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
-    lines += extra_sections(tables) + plots_section(plots, coll.results_dir) + runs_section(coll)
+    lines += extra_sections(tables) + sparsity_section(coll.results_dir)
+    lines += plots_section(plots, coll.results_dir) + runs_section(coll)
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path
