@@ -165,6 +165,15 @@ class Injector(threading.Thread):
         return self.value
 
 
+def has_interface(pid: int, ifname: str = "nb0") -> bool:
+    """Whether process ``pid`` sees ``ifname`` (a forked role enters its namespace just after it starts)."""
+    try:
+        return any(line.partition(":")[0].strip() == ifname
+                   for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines())
+    except OSError:
+        return False
+
+
 def rx_bytes(pid: int, ifname: str = "nb0") -> int:
     """Bytes received on ``ifname`` in the network namespace of process ``pid`` (no fork: /proc)."""
     for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines():

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from reliability_helpers import (ROOT, Injector, all_namespaces, kill_tree, learner_steps, our_namespaces,
+from reliability_helpers import (ROOT, Injector, all_namespaces, has_interface, kill_tree, learner_steps, our_namespaces,
                                  launch_info, role_pids, role_places, rows, run_dir_of, run_dirs, run_json, rx_bytes,
                                  set_link, spawn_harness, wait_for, warm_cache)
 
@@ -205,6 +205,7 @@ def drift_and_flap(kernel_backend, tmp_path_factory):
         run_dir = wait_for(lambda: run_dir_of(out, "smoke_hilo", "hilo_spar"), START_S, "the run directory")
         pid = wait_for(lambda: role_pids(run_dir).get("worker0"), START_S, "worker0")
         netns = role_places(run_dir)["worker0"]["netns"]
+        wait_for(lambda: has_interface(pid), START_S, "worker0 inside its namespace")
 
         def mid_transfer():                  # > 30 kB in 0.1 s: only the resync is that large here
             a = rx_bytes(pid)
