@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from harness.seeds import derive
 from netem.spec import LinkSpec
 
 
@@ -98,7 +99,7 @@ class LinkTable:
         up, down = self.up[src], self.down[dst]
         delay = up.delay_s + down.delay_s
         if up.jitter_s or down.jitter_s:
-            rng = random.Random(f"narrowband-delay:{seed}:{src}:{dst}:{index}")
+            rng = random.Random(derive("delay", seed, src, dst, index))
             delay += rng.uniform(-up.jitter_s, up.jitter_s) + rng.uniform(-down.jitter_s, down.jitter_s)
         return max(0.0, delay)
 

@@ -5,19 +5,19 @@ handed to `encode` (2 bytes x elements), 0 < budget <= 1; `budget_bytes` is abso
 when both are set. The budget covers the WHOLE payload, header and checksum included, because
 all of it goes on the wire: `payload.nbytes <= info["budget_bytes"]` for every lossy compressor.
 
-Determinism: any randomness is drawn from a torch.Generator seeded by `stream_seed(seed, step,
+Determinism: any randomness is drawn from a torch.Generator seeded by `harness.seeds.derive(seed, step,
 name, purpose)` (a hash, stable across processes and Python's hash salting). Decoding is
 stateless: everything a decoder needs (seed, step, options) is in the payload.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
 from harness.compress.payload import Payload, PayloadError, TensorEntry, dtype_name
+from harness.seeds import derive
 
 FLOAT_WIRE_DTYPES = ("bf16", "fp16", "fp32")
 WIRE_DTYPES = ("bf16", "fp16", "int8", "fp32")
@@ -36,16 +36,10 @@ class Compressor(Protocol):
     def decode(self, payload: Payload) -> dict[str, torch.Tensor]: ...
 
 
-def stream_seed(seed: int, step: int, name: str, purpose: str = "") -> int:
-    """A 63-bit seed for one random stream, a pure function of its arguments."""
-    digest = hashlib.blake2b(f"{seed}|{step}|{name}|{purpose}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
 def generator(seed: int, step: int, name: str, purpose: str = "") -> torch.Generator:
     """A CPU generator for one (seed, step, tensor, purpose) stream."""
     g = torch.Generator(device="cpu")
-    g.manual_seed(stream_seed(seed, step, name, purpose))
+    g.manual_seed(derive(seed, step, name, purpose))
     return g
 
 

@@ -124,7 +124,6 @@ class OnPolicyConfig:
     weight_decay: float = 0.0
     clip_norm: float = 1.0           # clip the learner's true gradient to this global L2 norm before sync (0: off)
     eval_every: int = 5
-    sync_seed: int = 0
     policy_kl: bool = True           # record KL(worker policy || learner policy) on the rollouts
     # --- fault injection (tests): flip one bit of a worker's state after it applies an update ---
     fault_flip_step: int = -1        # update at which to flip (-1: never)

@@ -103,9 +103,7 @@ class Client:
         self.bases = Bases(party.setup)
         self.merged = 0                        # base merges applied so far
         self.examples = weight_of(party.task.client_data(index))
-        gen = torch.Generator()
-        gen.manual_seed(self.s.seed * 1_000_003 + index)
-        self.batches = party.task.batches(index, self.s.batch_size, gen)
+        self.batches = party.task.batches(index, self.s.batch_size)      # its stream: derive("batches", seed, index)
         self.shapes: list | None = None           # linear layers seen on the last observed step (flops.py)
 
     # -- one round ------------------------------------------------------------------------

@@ -27,7 +27,6 @@ Conventions (used by every party, the SNR study and the docs):
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Iterable, Mapping
 
@@ -35,14 +34,14 @@ import torch
 from torch import Tensor
 
 from harness.digest import state_checksum
+from harness.seeds import derive
 
 LR_RULES = ("linear", "sqrt", "const")
 
 
 def draw_seed(seed: int, period: int, module: str) -> int:
     """The 63-bit generator seed of (run seed, period, module name); same everywhere."""
-    digest = hashlib.sha256(f"{int(seed)}/{int(period)}/{module}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+    return derive("projection", int(seed), int(period), module)
 
 
 def draw(seed: int, period: int, module: str, rows: int, cols: int) -> Tensor:

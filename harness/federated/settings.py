@@ -7,7 +7,6 @@ no role re-reads the config with defaults.
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
@@ -15,6 +14,7 @@ from typing import Any, Mapping
 from harness.federated.methods import METHODS
 from harness.federated.projection import LR_RULES, rank_lr
 from harness.errors import ConfigError
+from harness.seeds import derive
 
 OPTIMIZERS = ("sgd", "adamw")
 DROP_POLICIES = ("fail", "continue")
@@ -71,8 +71,7 @@ class Settings:
         if not alive:
             return []
         count = min(len(alive), max(1, round(self.fraction * self.clients)))
-        digest = hashlib.sha256(f"select/{self.seed}/{round_index}".encode()).digest()
-        return sorted(random.Random(int.from_bytes(digest[:8], "little")).sample(sorted(alive), count))
+        return sorted(random.Random(derive("select", self.seed, round_index)).sample(sorted(alive), count))
 
     def evaluates(self, round_index: int) -> bool:
         """Eval after round t (0-based) every eval_every rounds and after the last."""

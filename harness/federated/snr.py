@@ -168,9 +168,7 @@ def client_round_gradients(overrides: list[str], modules: list[str], seed: int, 
     shares = [w / sum(sizes) for w in sizes]
     streams = []
     for k in range(clients):
-        gen = torch.Generator()
-        gen.manual_seed(seed * 1_000_003 + k)          # the stream client k trains on (client.py)
-        streams.append(task.batches(k, int(cfg["task"]["batch_size"]), gen))
+        streams.append(task.batches(k, int(cfg["task"]["batch_size"])))   # the stream client k trains on (client.py)
     model.train()
     out: dict[str, list[torch.Tensor]] = {m: [] for m in modules}
     for _ in range(rounds):

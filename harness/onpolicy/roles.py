@@ -65,7 +65,6 @@ same seeded adapter); the result is ``init_in_sync`` in the row of update 0.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -78,6 +77,7 @@ import torch
 
 from harness.onpolicy.mismatch import policy_kl, swapped
 from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan
+from harness.seeds import derive
 from harness.tasks.cache import ensure_pretrained
 
 # Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
@@ -97,12 +97,6 @@ def frame(meta: dict[str, Any], body: bytes = b"") -> bytes:
 def unframe(data: bytes) -> tuple[dict[str, Any], bytes]:
     (n,) = _LEN.unpack_from(data)
     return json.loads(data[_LEN.size:_LEN.size + n]), data[_LEN.size + n:]
-
-
-def stream_seed(*parts: Any) -> int:
-    """A 63-bit seed, a pure function of ``parts`` (stable across processes)."""
-    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
 def verify_due(step: int, every: int) -> bool:
@@ -348,7 +342,7 @@ def run_worker(ctx, s: Setup) -> None:
         wire0, t0 = ctx.wire(), _now()
         prompts = s.task.prompts("train", int(task_cfg["prompt_batch"]), s.seed, step)
         mine = torch.tensor_split(prompts, shards)[shard].to(device)
-        gen = torch.Generator(device=device).manual_seed(stream_seed(s.seed, "rollout", step, shard))
+        gen = torch.Generator(device=device).manual_seed(derive(s.seed, "rollout", step, shard))
         s.policy.eval()
         rollouts = s.task.rollout(s.policy, mine, int(task_cfg["samples_per_prompt"]), gen)
         rollout_s = _now() - t0

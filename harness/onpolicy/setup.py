@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from harness.errors import ConfigError
 from harness.onpolicy import methods as sync_methods
+from harness.seeds import derive
 from harness.onpolicy import sync as syncs
 from harness.optim import OPTIMIZERS
 from harness.onpolicy.state import WIRE_DTYPES, Replica, adapter_params, flip_bit, make_optimizer
@@ -60,7 +61,6 @@ class OnPolicyPlan:
     weight_decay: float
     clip_norm: float                 # 0: off
     eval_every: int
-    sync_seed: int
     sync_dtype: str                  # full_sync / lowrank wire dtype
     verify_every: int                # 0: never
     policy_kl: bool
@@ -131,7 +131,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         training_rank=int(method["rank"] if method["rank"] is not None else cfg["model"]["rank"]),
         prompt_batch=int(task["prompt_batch"]), lr=float(op["lr"]), optimizer=str(op["optimizer"]),
         weight_decay=float(op["weight_decay"]), clip_norm=float(op["clip_norm"]), eval_every=int(op["eval_every"]),
-        sync_seed=int(op["sync_seed"]), sync_dtype=str(method["sync_dtype"]),
+        sync_dtype=str(method["sync_dtype"]),
         verify_every=int(method["verify_every"]), policy_kl=bool(op["policy_kl"]), seed=int(cfg["seed"]),
         fault_flip_step=int(op["fault_flip_step"]), fault_flip_worker=int(op["fault_flip_worker"]),
         fault_flip_target=str(op["fault_flip_target"]), compressor=compressor,
@@ -153,9 +153,8 @@ class Setup:
 def compressor_seed(seed: int, compressor_seed: int) -> int:
     """The compressor's seed: a function of the run seed and ``compressor.seed`` (a 63-bit mix),
     so another run seed draws other random-k indices, QSGD roundings, PowerSGD starts."""
-    from harness.tasks.onpolicy import mix_seed
 
-    return mix_seed("compressor", int(seed), int(compressor_seed))
+    return derive("compressor", int(seed), int(compressor_seed))
 
 
 def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | None = None) -> Setup:

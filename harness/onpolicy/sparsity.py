@@ -88,7 +88,7 @@ def unchanged_rows(history: list[dict[str, torch.Tensor]], update: int, ks: tupl
 def run_one(cfg: dict, lr: float, seed: int, steps: int, ks: tuple[int, ...], task, teacher_free_policy) -> list[dict]:
     """Train the scenario's adapter for ``steps`` updates at ``lr`` from seed ``seed``; its rows."""
     from harness.onpolicy.mismatch import swapped
-    from harness.onpolicy.roles import stream_seed
+    from harness.seeds import derive
     from harness.onpolicy.state import adapter_params, make_optimizer
     from harness.tasks import make_lora
 
@@ -103,7 +103,7 @@ def run_one(cfg: dict, lr: float, seed: int, steps: int, ks: tuple[int, ...], ta
     rows = []
     for step in range(steps):
         prompts = task.prompts("train", int(task_cfg["prompt_batch"]), seed, step)
-        gen = torch.Generator().manual_seed(stream_seed(seed, "rollout", step, 0))
+        gen = torch.Generator().manual_seed(derive(seed, "rollout", step, 0))
         view = {n: history[-1][n].view(torch.bfloat16).float().view(p.shape) for n, p in params.items()}
         policy.eval()
         with swapped(params, view):                  # sample as a full_sync (bf16) / patch worker

@@ -32,7 +32,8 @@ import torch
 from harness.tasks.arith import Arithmetic, Problems
 from harness.tasks.data import correct, encode_prompts, prompt_attention, sft_batch, sft_loss
 from harness.tasks.models import plain
-from harness.tasks.onpolicy import EVAL_SEED, mix_seed
+from harness.seeds import derive
+from harness.tasks.onpolicy import EVAL_SEED
 from harness.tasks.rollouts import generate
 from harness.tasks.tokenizer import Tokenizer
 from harness.errors import ConfigError
@@ -102,7 +103,7 @@ class FederatedTask:
         self.categories = self.lang.categories
         pool_cats = self.lang.category(self.pool)
         idx = dirichlet_split(pool_cats, len(self.categories), self.sizes, float(cfg.get("alpha", 0.5)),
-                              mix_seed("federated-split", seed))
+                              derive("federated-split", seed))
         self.clients = [ClientData(Problems(self.pool.a[i], self.pool.op[i], self.pool.b[i]), pool_cats[i])
                         for i in idx]
         n_eval = int(cfg.get("eval_prompts", 128))
@@ -122,7 +123,7 @@ class FederatedTask:
 
     def _pool(self, examples: int, validation: int = 0) -> tuple[Problems, Problems | None]:
         """The training pool and (``validation`` > 0) the validation problems, disjoint from it."""
-        gen = torch.Generator().manual_seed(mix_seed("federated-pool", self.seed))
+        gen = torch.Generator().manual_seed(derive("federated-pool", self.seed))
         if self.lang.digits <= 3:
             every = self.lang.all_problems("train")
             if examples + validation > len(every):
@@ -137,7 +138,7 @@ class FederatedTask:
         if not validation:
             return pool, None
         # > 3 digits: a fresh draw of the training side; a repeat of a pool problem is possible but rare
-        vgen = torch.Generator().manual_seed(mix_seed("federated-validation", self.seed))
+        vgen = torch.Generator().manual_seed(derive("federated-validation", self.seed))
         return pool, self.lang.sample("train", validation, vgen)
 
     # -- per-client access ---------------------------------------------------------------------
@@ -154,7 +155,7 @@ class FederatedTask:
         bs = int(batch_size or self.cfg.get("batch_size", 16))
         if bs < 1:
             raise ConfigError(f"task.batch_size: {bs} must be >= 1")
-        gen = generator or torch.Generator().manual_seed(mix_seed("batches", self.seed, k))
+        gen = generator or torch.Generator().manual_seed(derive("batches", self.seed, k))
         while True:
             order = torch.randperm(len(data), generator=gen)
             for i in range(0, len(data), bs):

@@ -80,7 +80,7 @@ def federated(model_cfg, task_cfg, tok, steps: int, lr: float, seed: int, client
     base = task.evaluate(policy)
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    streams = [task.batches(k, None, torch.Generator().manual_seed(seed + k)) for k in range(clients)]
+    streams = [task.batches(k) for k in range(clients)]          # each client's own stream (FederatedTask.batches)
     for step in range(steps):
         loss = task.loss(policy, next(streams[step % clients]))
         opt.zero_grad(set_to_none=True)

@@ -20,7 +20,6 @@ generator; every op runs on the CPU without nondeterministic kernels.
 """
 from __future__ import annotations
 
-import hashlib
 from typing import Mapping
 
 import torch
@@ -31,15 +30,11 @@ from harness.tasks.models import plain
 from harness.tasks.rollouts import Rollouts, device_of, forward_logits, generate
 from harness.tasks.tokenizer import Tokenizer
 from harness.errors import ConfigError
+from harness.seeds import derive
 
 EVAL_SEED = 1234          # the held-out prompts every method is evaluated on
 NAMES = ("distill", "reward")
 SHAPINGS = ("none", "digits")
-
-
-def mix_seed(*parts) -> int:
-    """A 63-bit seed from any parts (stable across processes and Python versions)."""
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") & (2 ** 63 - 1)
 
 
 class OnPolicyTask:
@@ -67,7 +62,7 @@ class OnPolicyTask:
     # -- prompts and rollouts ---------------------------------------------------------------
     def prompts(self, split: str, n: int, seed: int, step: int) -> torch.Tensor:
         """[n, P] prompt ids of ``split`` ("train" | "eval"), a function of (seed, step) only."""
-        gen = torch.Generator().manual_seed(mix_seed("prompts", split, seed, step))
+        gen = torch.Generator().manual_seed(derive("prompts", split, seed, step))
         return encode_prompts(self.tok, self.lang, self.lang.sample(split, n, gen))
 
     def rollout(self, policy, prompts: torch.Tensor, samples: int | None = None,

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # lowest first
 LAYERS: list[tuple[str, ...]] = [
     ("netem",),                                                        # the emulator: imports no harness
-    ("harness.errors", "harness.paths", "harness.sealed", "harness.conf", "harness.progress",
+    ("harness.errors", "harness.paths", "harness.sealed", "harness.conf", "harness.progress", "harness.seeds",
      "harness.tuning"),   # leaves
     ("harness.backends", "harness.links", "harness.record", "harness.digest", "harness.optim",
      "harness.fanout", "harness.compress", "harness.tasks"),           # building blocks

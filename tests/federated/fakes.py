@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from harness.conf.schema import Config, MethodConfig
 from harness.federated import inproc
 from harness.federated.settings import from_cfg
+from harness.seeds import derive
 from harness.tasks.arith import Arithmetic, Problems
 from harness.tasks.data import sft_batch, sft_loss
 from harness.tasks.models import build_model
@@ -63,7 +64,8 @@ class TinyTask:
     def client_data(self, k: int) -> ClientData:
         return ClientData(size=100 * (k + 1))
 
-    def batches(self, k: int, batch_size: int, generator: torch.Generator):
+    def batches(self, k: int, batch_size: int, generator: torch.Generator | None = None):
+        generator = generator or torch.Generator().manual_seed(derive("batches", 0, k))   # as FederatedTask.batches
         while True:
             yield self._batch(batch_size, generator)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from harness.onpolicy.mismatch import policy_kl, swapped
-from harness.onpolicy.roles import eval_due, frame, stream_seed, unframe, verify_due
+from harness.onpolicy.roles import eval_due, frame, unframe, verify_due
+from harness.seeds import derive
 from harness.onpolicy.state import adapter_params
 
 from .helpers import FakeRollouts as _Rollouts, FakeTask as _Task, make_peft
@@ -20,7 +21,7 @@ def test_schedules():
     assert [s for s in range(6) if verify_due(s, 2)] == [1, 3, 5]
     assert not any(verify_due(s, 0) for s in range(6))
     assert [s for s in range(7) if eval_due(s, 3, 7)] == [2, 5, 6]     # and always the last
-    assert stream_seed(0, "rollout", 3, 1) == stream_seed(0, "rollout", 3, 1) != stream_seed(0, "rollout", 3, 0)
+    assert derive(0, "rollout", 3, 1) == derive(0, "rollout", 3, 1) != derive(0, "rollout", 3, 0)
 
 
 def test_policy_kl_is_zero_for_the_same_adapter_and_positive_otherwise():
