@@ -234,20 +234,34 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     return Outcome(run_id, run_dir, status, reason, variant=variant, seed=int(cfg.seed))
 
 
+def machine_cpu_s() -> float | None:
+    """CPU seconds every process of the machine has run (user, nice, system, irq, softirq, steal; /proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    except (OSError, ValueError):  # pragma: no cover - not Linux
+        return None
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def load_snapshot() -> dict[str, Any]:
-    """The machine's load now: 1/5/15-minute load averages, wall clock (s), and the CPU seconds
-    (user + system) of this process's finished, waited-for children: the role processes."""
+    """The machine's load now: 1/5/15-minute load averages, wall clock (s), the CPU seconds
+    (user + system) of this process and of its finished, waited-for children (the role
+    processes), and of the whole machine."""
     import resource
 
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    kids, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
     return {"loadavg": [round(x, 3) for x in os.getloadavg()], "wall": time.monotonic(),
-            "children_cpu_s": kids.ru_utime + kids.ru_stime}
+            "children_cpu_s": kids.ru_utime + kids.ru_stime, "self_cpu_s": me.ru_utime + me.ru_stime,
+            "machine_cpu_s": machine_cpu_s()}
 
 
 def load_record(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-    """run.json's ``load``: load averages at start and end, usable CPUs, the roles' CPU seconds
-    and the wall seconds between (roles_cpu_s / wall_s / cpus near 1 = the roles had the machine
-    to themselves; a load average above cpus = others competed for it)."""
+    """run.json's ``load``: load averages at start and end, usable CPUs, the CPU seconds of the
+    roles, of the launching process and of the whole machine, and the wall seconds between.
+    ``others_cpu_s`` = machine - roles - launcher: what other programs took while the run ran
+    (near 0 = the run had the machine to itself). A load average alone cannot say that: it
+    still carries the previous run's own processes for a minute after they exit."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -258,7 +272,16 @@ def load_record(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
             "threads_per_role": int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS", "").isdigit()
             else ROLE_THREADS,
             "roles_cpu_s": round(end["children_cpu_s"] - start["children_cpu_s"], 3),
+            "launcher_cpu_s": round(end["self_cpu_s"] - start["self_cpu_s"], 3),
+            **({"machine_cpu_s": round(machine, 3),
+                "others_cpu_s": round(max(0.0, machine - (end["children_cpu_s"] - start["children_cpu_s"])
+                                          - (end["self_cpu_s"] - start["self_cpu_s"])), 3)}
+               if (machine := _minus(end["machine_cpu_s"], start["machine_cpu_s"])) is not None else {}),
             "wall_s": round(end["wall"] - start["wall"], 3)}
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def _bases(config: dict) -> dict[str, Any]:

@@ -237,10 +237,13 @@ def crossover_frame(tables: Tables) -> pd.DataFrame:
 
     Interpolated linearly in log rate (harness.report.stats.crossover). ``side`` says where the
     speedup lies when some seed never crosses ("above": faster at every measured rate).
+    A method is the same across rates when everything but the rate and the variant's name
+    agrees (a scenario names its variants per rate: hilo_spar_10mbit, hilo_spar_100mbit);
+    ``variants`` lists the names a row joins.
     """
     runs = tables.hilo_runs
-    keys = [k for k in ONPOLICY_KEYS if k != "rate_mbit"]
-    cols = keys + ["crossover_mbit", "ci_low", "ci_high", "sd", "n_seeds", "sides", "rates"]
+    keys = [k for k in ONPOLICY_KEYS if k not in ("rate_mbit", "variant")]
+    cols = keys + ["variants", "crossover_mbit", "ci_low", "ci_high", "sd", "n_seeds", "sides", "rates"]
     if runs.empty or "speedup" not in runs:
         return pd.DataFrame(columns=cols)
     data = runs[(runs["method"] != "full_sync") & runs["speedup"].notna()].assign(_seed=lambda f: seed_of(f))
@@ -256,7 +259,8 @@ def crossover_frame(tables: Tables) -> pd.DataFrame:
             sides.append("crosses" if math.isfinite(x) else "above" if (points > 1).all()
                          else "below" if (points < 1).all() else "mixed")
         s = summarize(per_seed.values())
-        lines.append({**dict(zip(keys, group)), "crossover_mbit": s.mean, "ci_low": s.ci_low, "ci_high": s.ci_high,
+        lines.append({**dict(zip(keys, group)), "variants": ",".join(sorted(g["variant"].unique())),
+                      "crossover_mbit": s.mean, "ci_low": s.ci_low, "ci_high": s.ci_high,
                       "sd": s.sd, "n_seeds": s.n, "sides": ",".join(sorted(set(sides))),
                       "rates": ",".join(f"{r:g}" for r in sorted(g["rate_mbit"].unique()))})
     return pd.DataFrame(lines, columns=cols)

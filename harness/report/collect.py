@@ -26,7 +26,8 @@ except ImportError:  # pragma: no cover - only before harness/record.py exists
         return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
 
 HUB_ROLES = {"learner": "onpolicy", "server": "federated"}
-LOADED_FRACTION = 0.5   # 1-minute loadavg above this fraction of the CPUs: timing measured under load
+LOADED_FRACTION = 0.5   # old records (no others_cpu_s): 1-minute loadavg above this fraction of the CPUs
+OTHERS_FRACTION = 0.25  # other programs took more than this share of cpus x wall: timing measured under load
 
 
 @dataclass
@@ -71,20 +72,29 @@ class Run:
     def load(self) -> tuple[bool | None, str]:
         """Was this run's timing measured under load? (flag, reason); None: run.json has no ``load``.
 
-        Loaded when the 1-minute load average at the start or the end exceeds half the CPUs
-        (other work competed for the cores), or the roles' CPU time exceeds ``cpus x wall``
-        (the roles alone asked for more than the machine has).
+        Loaded when other programs took more than OTHERS_FRACTION of the machine (cpus x wall)
+        while the run ran (run.json ``others_cpu_s``: the machine's CPU seconds less the roles'
+        and the launcher's), or the roles' CPU time exceeds ``cpus x wall`` (the roles alone
+        asked for more than the machine has). Records without ``others_cpu_s`` fall back to the
+        1-minute load average at start or end above half the CPUs (which also counts the previous
+        run's own processes, so it over-flags back-to-back runs).
         """
         load = self.meta.get("load")
         if not isinstance(load, dict):
             return None, ""
         cpus = float(load.get("cpus") or 0) or float("nan")
-        notes = []
-        for when in ("start", "end"):
-            avg = (load.get(when) or {}).get("loadavg") or []
-            if avg and cpus == cpus and float(avg[0]) > LOADED_FRACTION * cpus:
-                notes.append(f"loadavg {float(avg[0]):.2f} at {when} > {LOADED_FRACTION:g} x {cpus:g} CPUs")
         cpu_s, wall_s = load.get("roles_cpu_s"), load.get("wall_s")
+        notes = []
+        others = load.get("others_cpu_s")
+        if others is not None:
+            if wall_s and cpus == cpus and float(others) > OTHERS_FRACTION * cpus * float(wall_s):
+                notes.append(f"other programs took {float(others):.0f} CPU s > {OTHERS_FRACTION:g} x {cpus:g} CPUs "
+                             f"x {float(wall_s):.0f} s wall")
+        else:
+            for when in ("start", "end"):
+                avg = (load.get(when) or {}).get("loadavg") or []
+                if avg and cpus == cpus and float(avg[0]) > LOADED_FRACTION * cpus:
+                    notes.append(f"loadavg {float(avg[0]):.2f} at {when} > {LOADED_FRACTION:g} x {cpus:g} CPUs")
         if cpu_s is not None and wall_s and cpus == cpus and float(cpu_s) > cpus * float(wall_s):
             notes.append(f"roles' CPU {float(cpu_s):.0f} s > {cpus:g} CPUs x {float(wall_s):.0f} s wall")
         return bool(notes), "; ".join(notes)

@@ -61,6 +61,7 @@ def test_run_json_records_load_and_bases(runs):
     load = meta["load"]
     assert len(load["start"]["loadavg"]) == 3 and len(load["end"]["loadavg"]) == 3
     assert load["cpus"] >= 1 and load["wall_s"] > 0 and load["roles_cpu_s"] > 0
+    assert load["machine_cpu_s"] + 0.1 >= load["roles_cpu_s"] and load["others_cpu_s"] >= 0   # /proc/stat covers the roles (clock ticks)
     for kind in ("student", "teacher"):                          # smoke_hilo distills
         assert meta["bases"][kind]["reference"] is True, meta["bases"]
         assert meta["bases"][kind]["sha256"] == meta["bases"][kind]["reference_sha256"]

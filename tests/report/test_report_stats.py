@@ -7,6 +7,7 @@ Expected intervals are computed here from the textbook formula with scipy's t qu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -172,11 +173,22 @@ def test_spra_beats_fedit_paired_per_seed(seeded):
 
 def test_crossover_per_seed_then_aggregated(seeded):
     cross = seeded[2]
-    row = cross[cross["variant"] == "hilo_spar"].iloc[0]
+    row = cross[cross["variants"] == "hilo_spar"].iloc[0]
     per_seed = [crossover([100, 1000], [SEEDED_SPEEDUP[100][i], SEEDED_SPEEDUP[1000][i]]) for i in range(len(SEEDS))]
     assert all(100 < x < 1000 for x in per_seed)
     assert row["crossover_mbit"] == pytest.approx(np.mean(per_seed)) and row["n_seeds"] == 5
     assert row["ci_low"] == pytest.approx(t_interval(per_seed)[0]) and row["sides"] == "crosses"
+
+
+def test_crossover_joins_variants_named_per_rate(seeded):
+    """hilo_distill names its variants per rate (hilo_spar_10mbit, hilo_spar_100mbit): still one method."""
+    tables = seeded[0]
+    runs = tables.hilo_runs.copy()
+    runs["variant"] = [f"{v}_{r:g}mbit" for v, r in zip(runs["variant"], runs["rate_mbit"])]
+    renamed = crossover_frame(replace(tables, hilo_runs=runs))
+    before = seeded[2][seeded[2]["variants"] == "hilo_spar"].iloc[0]
+    after = renamed[renamed["variants"] == "hilo_spar_1000mbit,hilo_spar_100mbit,hilo_spar_10mbit"].iloc[0]
+    assert after["crossover_mbit"] == pytest.approx(before["crossover_mbit"]) and after["n_seeds"] == before["n_seeds"]
 
 
 def test_runs_under_load_are_counted(seeded):
@@ -198,6 +210,11 @@ def test_load_and_base_flags_from_run_json(tmp_path):
     busy = {**IDLE, "roles_cpu_s": 50.0}                  # 50 s of CPU in 20 s on 2 CPUs
     assert run({"load": busy}).load()[0] is True
     assert run({}).load() == (None, "")                   # not recorded: unknown, not idle
+    # records with the machine's CPU time: the previous run's processes still in the load average do not count
+    alone = {**LOADED, "machine_cpu_s": 11.0, "launcher_cpu_s": 0.5, "others_cpu_s": 0.5}
+    assert run({"load": alone}).load() == (False, "")
+    shared = {**IDLE, "machine_cpu_s": 30.0, "launcher_cpu_s": 0.5, "others_cpu_s": 19.5}   # > 0.25 x 2 x 20 s
+    assert run({"load": shared}).load() == (True, "other programs took 20 CPU s > 0.25 x 2 CPUs x 20 s wall")
     bases = {"student": {"sha256": "ab" * 32, "reference": True}, "teacher": {"sha256": "cd" * 32, "reference": False}}
     rebuilt, text = run({"bases": bases}).bases()
     assert rebuilt and text == "student:abababababab,teacher:cdcdcdcdcdcd(rebuilt)"
