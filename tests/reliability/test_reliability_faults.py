@@ -142,7 +142,9 @@ def test_parent_killed_leaves_leftovers_that_netem_clean_removes_and_only_those(
             kill_tree(proc)
         assert clean.returncode == 0, clean.stderr
         assert our_namespaces(proc.pid) == [], "netem clean left the dead run's namespaces"
-        assert all(name in clean.stdout for name in leftovers), clean.stdout
+        # (not "clean names every leftover": another suite's `netem clean` running beside this one may remove
+        # a dead owner's namespaces first; what matters is that they are gone and the live ones are not)
+        assert clean.stdout.startswith("removed "), clean.stdout
         assert set(live.namespaces) <= all_namespaces(), "netem clean removed a live topology"
     # the run was left 'running'; the next attempt marks it interrupted and moves it aside
     assert run_json(run_dir)["status"] == "running"
@@ -279,34 +281,42 @@ def test_a_link_down_for_good_fails_the_run_by_the_hang_watchdog(kernel_backend,
 
 
 # ------------------------------------------------------------------------- two runs at once
-def test_two_runs_at_once_get_their_own_namespaces_subnets_and_ports_and_both_complete(kernel_backend, out_dir,
-                                                                                        tmp_path):
-    args = [*HILO, "only=[full_sync]", "onpolicy.steps=3", f"out_dir={out_dir}", f"net.backend={kernel_backend}"]
+def test_two_runs_at_once_get_their_own_namespaces_subnets_and_ports(kernel_backend, out_dir, tmp_path):
+    """Run B starts, runs and completes while run A is running; A is then stopped with Ctrl-C.
+
+    Overlap is made, not hoped for: A has far more steps than B needs, B is started only once A's
+    roles are up, and A's roles are checked alive after B has exited (two short runs started
+    together can miss each other on a loaded machine, and a poll for "both at once" can miss
+    the moment)."""
+    args = [*HILO, "only=[full_sync]", f"out_dir={out_dir}", f"net.backend={kernel_backend}"]
     warm_cache(args)
-    procs = [spawn_harness([*args, f"seed={seed}"], tmp_path / f"run{seed}.log") for seed in (1, 2)]
+    first = spawn_harness([*args, "seed=1", "onpolicy.steps=100000"], tmp_path / "run1.log")
+    second = None
     try:
-        def both_running():                     # both runs' roles alive and both topologies built
-            pids = {d: role_pids(d) for d in run_dirs(out_dir, "smoke_hilo")}
-            if len(pids) == 2 and all(len(p) == 2 for p in pids.values()) and all(our_namespaces(p.pid) for p in procs):
-                return pids
-            return None
-        seen = wait_for(both_running, 2 * START_S, "both runs' roles at the same time")
-        endpoints = {d: {k: launch_info(d)[k] for k in ("master_addr", "master_port")} for d in seen}
-        codes = [p.wait(timeout=2 * START_S) for p in procs]
+        a = wait_for(lambda: run_dir_of(out_dir, "smoke_hilo", "full_sync"), START_S, "run A's directory")
+        wait_for(lambda: len(role_pids(a)) == 2 and our_namespaces(first.pid), START_S, "run A's roles")
+        second = spawn_harness([*args, "seed=2", "onpolicy.steps=3"], tmp_path / "run2.log")
+        code_b = second.wait(timeout=2 * START_S)
+        alive_a = role_pids(a)
+        os.kill(first.pid, signal.SIGINT)
+        code_a = first.wait(timeout=120)
     finally:
-        for p in procs:
-            kill_tree(p)
+        for p in (first, second):
+            if p is not None:
+                kill_tree(p)
     logs = [(tmp_path / f"run{seed}.log").read_text() for seed in (1, 2)]
-    assert codes == [0, 0], logs
-    dirs = sorted((out_dir / "smoke_hilo").glob("full_sync-*"))
-    assert len(dirs) == 2 and all(run_json(d)["status"] == "ok" for d in dirs)
-    spaces = [{p["netns"] for p in role_places(d).values()} for d in dirs]
-    subnets = [{p["addr"].rsplit(".", 1)[0] for p in role_places(d).values()} for d in dirs]
+    assert code_b == 0, logs[1]
+    assert len(alive_a) == 2, f"run A's roles were gone when B finished: the runs did not overlap ({alive_a})"
+    assert code_a == 130, logs[0]
+    (b,) = [d for d in run_dirs(out_dir, "smoke_hilo") if d != a]
+    assert run_json(b)["status"] == "ok" and run_json(a)["status"] == "interrupted"
+    spaces = [{p["netns"] for p in role_places(d).values()} for d in (a, b)]
+    subnets = [{p["addr"].rsplit(".", 1)[0] for p in role_places(d).values()} for d in (a, b)]
     assert not spaces[0] & spaces[1], "two runs shared a namespace"
     assert len(subnets[0]) == len(subnets[1]) == 1 and subnets[0] != subnets[1], subnets
-    addresses = [tuple(e.values()) for e in endpoints.values()]
+    addresses = [(launch_info(d)["master_addr"], launch_info(d)["master_port"]) for d in (a, b)]
     assert len(set(addresses)) == 2, f"two runs share a rendezvous endpoint: {addresses}"
-    for d, proc in zip(dirs, procs):
+    for d, proc in ((a, first), (b, second)):
         _assert_torn_down(d, owner=proc.pid)
 
 
