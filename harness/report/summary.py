@@ -190,8 +190,10 @@ def load_section(coll: Collection, tables: Tables) -> list[str]:
     known = runs["loaded"].notna() if "loaded" in runs else pd.Series(False, index=runs.index)
     loaded = runs[known & runs["loaded"].fillna(False).astype(bool)] if "loaded" in runs else runs.iloc[:0]
     out += [f"Speedups and times were measured on {len(runs)} runs: {int(known.sum())} recorded their load "
-            f"(run.json `load`), {len(loaded)} of them under load (1-minute load average above half the CPUs at "
-            "the start or end, or the roles' CPU time above CPUs × wall time); "
+            f"(run.json `load`), {len(loaded)} of them under load (other programs took more than a quarter of "
+            "CPUs × wall time while the run ran, from /proc/stat less the run's own CPU time; or the roles' CPU "
+            "time above CPUs × wall time; records without the machine's CPU time: 1-minute load average above "
+            "half the CPUs at the start or end); "
             f"{len(runs) - int(known.sum())} recorded none (timing conditions unknown). Tables count loaded runs "
             "in `loaded_runs`.", ""]
     if len(loaded):
@@ -224,7 +226,11 @@ def hilo_section(coll: Collection, tables: Tables) -> list[str]:
         refs = sorted({f"`{v}`" + (f" ({d})" if d else "") for v, d in
                        zip(t["baseline_variant"], t["baseline_dtype"].fillna("")) if v})
         cont = ", ".join(sorted(set(t["continuous_metric"].dropna().astype(str)) - {"none", ""})) or "none recorded"
-        out += [f"Quality = final held-out {metric} after {int(t['updates'].max())} updates, and the task's "
+        counts = sorted({int(u) for u in t["updates"].dropna()})
+        after = (f"{counts[0]} updates" if len(counts) == 1 else
+                 " or ".join(str(c) for c in counts) + " updates (the variant's own count; compare quality only "
+                 "between rows of the same count)")
+        out += [f"Quality = final held-out {metric} after {after}, and the task's "
                 f"continuous metric ({cont}); bytes = downlink payload per update per worker (incl. resyncs); "
                 "speedup, bytes and retained quality are per seed vs the same seed's full sync at the same link and "
                 f"training rank (reference run: {', '.join(refs) or 'none found'}), then averaged. Cells: mean ± "
