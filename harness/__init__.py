@@ -3,8 +3,8 @@
 How a run flows (lower layers never import higher ones; tests/config/test_layers.py):
 
     __main__ (Hydra app) -> run.run_scenario -> plan.build_plan(cfg) -> RunPlan
-        -> cluster.launch (spawn, supervise, role) -> onpolicy.roles | federated.roles
-        -> transport (links, backends) -> record (rows, run.json) -> report
+        -> cluster.launch (cluster/: spawn, supervise, role) -> onpolicy.roles | federated.roles
+        -> wire.transport (wire/: links, sealed; backends) -> record (rows, run.json) -> report
 
 See README.md ("Layout") and docs/interfaces.md ("Layers") for every module.
 """

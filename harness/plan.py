@@ -77,7 +77,7 @@ class RunPlan:
     federated: Settings | None = None
 
     def role_specs(self) -> list:
-        """harness.cluster.RoleSpec of every role, hub first."""
+        """harness.cluster.launch.RoleSpec of every role, hub first."""
         return _specs(self.roles)
 
     def run_keys(self, scenario: str, variant: str, run_id: str) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def build_plan(cfg: Any) -> RunPlan:
     roles = _roles(plain, kind, onpolicy, federated)
     try:
         backend, why = resolve_backend(plain["net"]["backend"])
-        from harness.cluster import check_roles
+        from harness.cluster.launch import check_roles
 
         check_roles(_specs(roles), ENTRIES[kind.value], backend)     # names, devices, loss vs backend
     except ClusterError as err:
@@ -141,7 +141,7 @@ def build_plan(cfg: Any) -> RunPlan:
 
 
 def _specs(roles: tuple[RolePlan, ...]) -> list:
-    from harness.cluster import RoleSpec
+    from harness.cluster.launch import RoleSpec
 
     return [RoleSpec(name=r.name, up=r.up, down=r.down, device=r.device, expendable=r.expendable) for r in roles]
 

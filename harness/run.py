@@ -190,7 +190,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
             plan: RunPlan | None = None) -> Outcome:
     """Plan (unless given the plan of ``cfg``), launch, record. Never raises for a failed run:
     the outcome says it; bad input raises ConfigError before anything exists."""
-    from harness.cluster import launch
+    from harness.cluster.launch import launch
     from netem.topology import clean
 
     plan = plan or build_plan(cfg)
@@ -266,7 +266,7 @@ def load_record(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cpus = os.cpu_count() or 1
-    from harness.cluster import ROLE_THREADS
+    from harness.cluster.launch import ROLE_THREADS
 
     return {"start": {"loadavg": start["loadavg"]}, "end": {"loadavg": end["loadavg"]}, "cpus": cpus,
             "threads_per_role": int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS", "").isdigit()

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.sealed import CRC_NBYTES, seal, unseal
+from harness.wire.sealed import CRC_NBYTES, seal, unseal
 
 if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
     raise ImportError("harness.compress writes little-endian tensors and needs a little-endian host")

@@ -4,7 +4,7 @@
 exactly what goes on the wire (``len(data)`` is the recorded payload size): the tensors'
 raw bytes (float32 unless given otherwise), safetensors' header (names, dtypes, shapes,
 offsets: ~60 bytes per tensor with our short names), the JSON meta and a 4-byte CRC32
-trailer (harness.sealed), checked before anything is parsed. Tensor names are
+trailer (harness.wire.sealed), checked before anything is parsed. Tensor names are
 short (``c/3``: the coefficients of target index 3) so the header stays small next to
 the numbers; ``tensor_bytes`` counts the numbers alone (for exact element ratios).
 """
@@ -18,7 +18,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
 
-from harness.sealed import seal, unseal
+from harness.wire.sealed import seal, unseal
 
 META_KEY = "nb"
 

@@ -22,7 +22,7 @@ from harness.federated import server as fserver
 from harness.federated.party import build_party
 from harness.federated.settings import from_cfg
 from harness.record import Recorder
-from harness.transport import Transfer
+from harness.wire.transport import Transfer
 
 
 class QueueChannel:

@@ -1,4 +1,4 @@
-"""Entry of the federated role processes: ``harness.federated.roles:main`` (see harness.cluster).
+"""Entry of the federated role processes: ``harness.federated.roles:main`` (see harness.cluster.launch).
 
 Rank 0 is the server, rank k+1 is client k. Every process reads the same Settings from
 the config, builds its party (student base + LoRA at its rank, the task) and runs its
@@ -14,7 +14,7 @@ from harness.federated.party import build_party
 from harness.federated.settings import Settings, from_cfg
 from harness.tasks.cache import ensure_pretrained
 
-# Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
+# Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
 # of a role's start-up is importing these.
 PRELOAD = ("torch.distributed", "transformers", "peft", "harness.federated.client", "harness.federated.server")
 

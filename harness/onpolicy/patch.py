@@ -18,7 +18,7 @@ Wire format (little-endian):
              then ``count`` gaps, gap_i = idx_i - idx_{i-1} - 1 with idx_{-1} = -1, each in
              ``width`` bytes: the smallest unsigned width that holds the tensor's largest gap)
     values   codec(the changed entries' bf16 bits, 2 bytes each, same order)
-    CRC32    of everything before it (harness.sealed)
+    CRC32    of everything before it (harness.wire.sealed)
 
 Indices and values are coded as two separate frames so that the payload's split (index bytes
 vs value bytes, each before and after the codec) is measured, not estimated. A receiver checks
@@ -42,7 +42,7 @@ from torch import Tensor
 from harness.onpolicy import codec as codecs
 from harness.onpolicy.state import Replica, SyncError, load_state
 from harness.onpolicy.sync import LearnerSync, Update, WorkerSync
-from harness.sealed import CRC_NBYTES, seal, unseal
+from harness.wire.sealed import CRC_NBYTES, seal, unseal
 
 _MAGIC = b"NBPA"
 _HEADER = struct.Struct("<4sBBbxIQIIII")

@@ -80,7 +80,7 @@ from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan
 from harness.seeds import derive
 from harness.tasks.cache import ensure_pretrained
 
-# Imported once by the launcher before it forks the role processes (harness.spawn): the bulk
+# Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
 # of a role's start-up is importing these.
 PRELOAD = ("torch.distributed", "transformers", "peft", "harness.tasks")
 
@@ -117,9 +117,9 @@ def _delta(a, b) -> tuple[int, int]:
 
 
 def _threads(world_size: int) -> None:
-    """A fixed thread count on every machine (harness.cluster.ROLE_THREADS: the count changes
+    """A fixed thread count on every machine (harness.cluster.launch.ROLE_THREADS: the count changes
     the bits of training), unless OMP_NUM_THREADS says otherwise."""
-    from harness.cluster import ROLE_THREADS
+    from harness.cluster.launch import ROLE_THREADS
 
     env = os.environ.get("OMP_NUM_THREADS", "")
     torch.set_num_threads(int(env) if env.isdigit() and int(env) > 0 else ROLE_THREADS)

@@ -9,7 +9,7 @@ Invariants:
   bit-identical states; the hyperparameters are not hashed (both sides build them from the
   same config).
 - ``pack_flat`` is the full-sync wire format: a 20-byte header, the tensors' raw bytes in the
-  wire dtype, in order, and a CRC32 trailer (harness.sealed): FLAT_OVERHEAD = 24 bytes.
+  wire dtype, in order, and a CRC32 trailer (harness.wire.sealed): FLAT_OVERHEAD = 24 bytes.
   Names and shapes are not shipped: the receiver checks the element count against its own
   tensors.
 - ``pack_state`` is the resync format: fp32 adapter and the optimizer's ``state_dict``
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from harness import optim
 from harness.digest import raw_bytes as _raw, state_checksum
-from harness.sealed import CRC_NBYTES, seal, unseal
+from harness.wire.sealed import CRC_NBYTES, seal, unseal
 
 WIRE_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16,
                                        "fp32": torch.float32}

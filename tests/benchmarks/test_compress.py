@@ -1,6 +1,6 @@
 """Benchmarks of the compressors on real LoRA gradients (see harness/compress/bench.py).
 
-    .venv/bin/python -m pytest tests/benchmarks/test_compress.py --benchmark-enable
+    .venv/bin/python -m pytest tests/benchmarks/test_compress.py --benchmark-enable -n 0
 
 With benchmarks disabled (the default in pyproject) each case runs once on 2 gradients (fast);
 enabled, on 50 and with timing rounds. extra_info of every case holds the bench.Row metrics

@@ -1,6 +1,6 @@
 """Encode throughput of spar beside powersgd and top-k at the same budget, at three shape sets.
 
-    .venv/bin/python -m pytest tests/benchmarks/test_encode_throughput.py --benchmark-enable -s
+    .venv/bin/python -m pytest tests/benchmarks/test_encode_throughput.py --benchmark-enable -n 0 -s
 
 Shape sets (LoRA r=64 on q,k,v,o,gate,up,down of a Llama-style model):
   tiny   hidden 128, MLP 256, 2 layers: real gradients (harness.compress.bench.lora_gradients)

@@ -1,6 +1,6 @@
 """How close the userspace backend's pacing gets to bytes*8/rate (a figure, not a default-tier check).
 
-    .venv/bin/python -m pytest tests/benchmarks/test_pacing.py --benchmark-enable -s
+    .venv/bin/python -m pytest tests/benchmarks/test_pacing.py --benchmark-enable -n 0 -s
 
 The default-tier tests (tests/cluster/test_cluster_channel.py, test_cluster_links.py) assert
 only the lower bound physics guarantees (a token bucket never beats its rate); the window
@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "cluster"))     # the in-memory wire of the cluster tests
 
 from cluster_fakewire import run_ranks  # noqa: E402
-from harness.links import LinkTable, TokenBucket  # noqa: E402
+from harness.wire.links import LinkTable, TokenBucket  # noqa: E402
 from netem.spec import LinkSpec  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def _bucket() -> float:
 @pytest.mark.parametrize("case", [_point_to_point, _hub_broadcast, _bucket], ids=["p2p", "hub_uplink", "bucket"])
 def test_userspace_pacing_ratio(benchmark, case):
     if benchmark.disabled:
-        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable")
+        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable -n 0")
     benchmark.group = "userspace pacing (measured / ideal)"
     ratio = benchmark.pedantic(case, rounds=3, iterations=1)
     benchmark.extra_info["ratio"] = round(ratio, 4)

@@ -1,6 +1,6 @@
 """The small-message floor: one small payload's transfer time minus bytes*8/rate.
 
-    .venv/bin/python -m pytest tests/benchmarks/test_small_message.py --benchmark-enable -s
+    .venv/bin/python -m pytest tests/benchmarks/test_small_message.py --benchmark-enable -n 0 -s
 
 One launch on the kernel backend (netem or tc; skipped without root): the hub, unshaped,
 sends to two nodes whose downlinks are 10 and 100 mbit, one message at a time, ``REPEAT``
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import RoleSpec, launch
+from harness.cluster.launch import RoleSpec, launch
 from netem.spec import LinkSpec
 
 RATES_MBIT = (10, 100)
@@ -35,7 +35,7 @@ def measure(backend: str, run_dir: Path, repeat: int = REPEAT) -> dict:
     roles += [RoleSpec(f"n{m}mbit", LinkSpec(), LinkSpec(rate_bps=m * 1e6)) for m in RATES_MBIT]
     probes = [{"op": "send", "dst": i + 1, "nbytes": size, "repeat": repeat}
               for i, _ in enumerate(RATES_MBIT) for size in SIZES]
-    result = launch(roles, "harness.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
+    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
                     backend=backend, run_dir=run_dir, hang_timeout_s=120, progress=False)
     assert result.status == "ok", result.reason
     records = json.loads((run_dir / "selftest" / "probe.json").read_text())["records"]
@@ -55,7 +55,7 @@ def measure(backend: str, run_dir: Path, repeat: int = REPEAT) -> dict:
 @pytest.mark.e2e
 def test_small_message_floor(benchmark, tmp_path):
     if benchmark.disabled:
-        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable")
+        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable -n 0")
     from netem.caps import probe
 
     backend = probe().best_backend()

@@ -1,6 +1,6 @@
 """Wire efficiency of the emulated links: ideal time / measured time of one transfer.
 
-    .venv/bin/python -m pytest tests/benchmarks/test_wire.py --benchmark-enable -s
+    .venv/bin/python -m pytest tests/benchmarks/test_wire.py --benchmark-enable -n 0 -s
 
 One launch per backend (the kernel one, netem or tc, when root; userspace always): the hub,
 unshaped, sends to three nodes whose downlinks are 1, 10 and 100 mbit, one node at a time,
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import RoleSpec, launch
+from harness.cluster.launch import RoleSpec, launch
 from netem.spec import LinkSpec
 
 RATES_MBIT = (1, 10, 100)
@@ -34,7 +34,7 @@ def measure(backend: str, run_dir: Path) -> dict:
     roles += [RoleSpec(f"n{m}mbit", LinkSpec(), LinkSpec(rate_bps=m * 1e6)) for m in RATES_MBIT]
     probes = [{"op": "send", "dst": i + 1, "nbytes": int(m * 1e6 / 8 * SECONDS_PER_TRANSFER), "repeat": REPEAT}
               for i, m in enumerate(RATES_MBIT)]
-    result = launch(roles, "harness.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
+    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
                     backend=backend, run_dir=run_dir, hang_timeout_s=120, progress=False)
     assert result.status == "ok", result.reason
     records = json.loads((run_dir / "selftest" / "probe.json").read_text())["records"]
@@ -57,7 +57,7 @@ def measure(backend: str, run_dir: Path) -> dict:
 @pytest.mark.parametrize("kind", ["kernel", "userspace"])
 def test_wire_efficiency(benchmark, kind, tmp_path):
     if benchmark.disabled:
-        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable")
+        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable -n 0")
     from netem.caps import probe
 
     backend = "userspace"

@@ -60,7 +60,7 @@ class MemoryWire:
 
 def run_ranks(links, backend: str, body, seed: int = 0, wait_s: float = 10.0) -> list:
     """Run ``body(channel)`` for every rank in its own thread; returns the results by rank."""
-    from harness.transport import Channel
+    from harness.wire.transport import Channel
 
     net = MemoryNet(links.world_size)
     results: list = [None] * links.world_size

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from cluster_fakewire import MemoryNet, run_ranks
-from harness.links import LinkTable
-from harness.transport import HEADER_WORDS, Channel, TransportError
+from harness.wire.links import LinkTable
+from harness.wire.transport import HEADER_WORDS, Channel, TransportError
 from netem.spec import LinkSpec
 
 OPEN = LinkSpec()
@@ -90,7 +90,7 @@ def test_transport_delay_and_jitter_are_applied_at_the_receiver_and_seeded(monke
     assert all(0.03 <= e <= 0.07 for e in expected)
     assert len(set(expected)) == 4
     # the kernel does delays on netem: the channel sleeps for none of them
-    import harness.transport as transport
+    import harness.wire.transport as transport
 
     slept: list[float] = []
     real_sleep = transport.time.sleep

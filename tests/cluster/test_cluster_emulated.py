@@ -20,7 +20,7 @@ import time
 import pytest
 
 from cluster_helpers import alive, broadcast_ratio, check_exchange, our_namespaces, outputs, star, wait_for
-from harness.cluster import launch
+from harness.cluster.launch import launch
 from netem.spec import LinkSpec
 
 pytestmark = [pytest.mark.emulated, pytest.mark.e2e]
@@ -47,7 +47,7 @@ def downlink_run(kernel_backend, tmp_path_factory):
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    result = launch(roles, "harness.selftest:main", {"cfg": cfg}, backend=kernel_backend, run_dir=run_dir,
+    result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg}, backend=kernel_backend, run_dir=run_dir,
                     hang_timeout_s=60, progress=False)
     returned = time.monotonic()
     thread.join(timeout=1)
@@ -90,13 +90,13 @@ SCRIPT = """
 import json, sys
 from dataclasses import asdict
 from pathlib import Path
-from harness.cluster import RoleSpec, launch
+from harness.cluster.launch import RoleSpec, launch
 from netem.spec import LinkSpec
 ten, open_ = LinkSpec(rate_bps=10e6), LinkSpec()
 roles = [RoleSpec("hub", ten, ten)] + [RoleSpec(f"w{i}", open_, open_) for i in range(3)]
 cfg = {"selftest": {"phases": ["probe", "idle"],
                     "probes": [{"op": "broadcast", "nbytes": 1_500_000, "repeat": 2}]}}
-result = launch(roles, "harness.selftest:main", {"cfg": cfg}, backend=sys.argv[1], run_dir=Path(sys.argv[2]),
+result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg}, backend=sys.argv[1], run_dir=Path(sys.argv[2]),
                 hang_timeout_s=60, progress=False)
 print("RESULT " + json.dumps(asdict(result)), flush=True)
 """

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_helpers import broadcast_ratio, check_exchange, outputs, star
-from harness.cluster import launch
+from harness.cluster.launch import launch
 from harness.record import read_rows
 from netem.spec import LinkSpec
 
@@ -24,7 +24,7 @@ def userspace_run(tmp_path_factory):
     roles = star(3, down=TEN)
     cfg = {"seed": 1, "selftest": {"phases": ["exchange", "probe"], "nbytes": NBYTES,
                                    "probes": [{"op": "broadcast", "nbytes": 1_500_000, "repeat": 2}]}}
-    result = launch(roles, "harness.selftest:main", {"cfg": cfg, "keys": {"run_id": "t", "scenario": "selftest"}},
+    result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg, "keys": {"run_id": "t", "scenario": "selftest"}},
                     backend="userspace", run_dir=run_dir, hang_timeout_s=60, progress=False)
     return result, run_dir, roles
 
@@ -61,7 +61,7 @@ def model_run(tmp_path_factory):
     roles = star(2, hub=TEN)
     cfg = {"selftest": {"phases": ["exchange", "probe", "hang"], "nbytes": NBYTES,
                         "probes": [{"op": "broadcast", "nbytes": 1_000_000}]}}
-    result = launch(roles, "harness.selftest:main", {"cfg": cfg}, backend="model", run_dir=run_dir,
+    result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg}, backend="model", run_dir=run_dir,
                     hang_timeout_s=4, progress=False)
     return result, run_dir, roles
 

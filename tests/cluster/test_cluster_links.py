@@ -1,11 +1,11 @@
-"""Pure tests of harness.links: the fluid model of ideal times, seeded delays, token buckets."""
+"""Pure tests of harness.wire.links: the fluid model of ideal times, seeded delays, token buckets."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from harness.links import Flow, LinkTable, TokenBucket, chunk_bytes
+from harness.wire.links import Flow, LinkTable, TokenBucket, chunk_bytes
 from netem.spec import LinkSpec
 
 MB = 1_000_000
@@ -96,7 +96,7 @@ def test_token_bucket_paces_to_its_rate_and_shares_it():
 
 
 def test_userspace_pacing_charges_tcp_ip_ethernet_framing():
-    from harness.links import framed_bytes
+    from harness.wire.links import framed_bytes
 
     assert framed_bytes(1448) == 1514
     assert framed_bytes(0) == 0

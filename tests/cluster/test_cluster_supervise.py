@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from harness.supervise import start, stop_all, watch
+from harness.cluster.supervise import start, stop_all, watch
 
 BEAT = "import os; beat = lambda s: os.write(int(os.environ['NARROWBAND_HEARTBEAT_FD']), s.encode())\n"
 
@@ -80,7 +80,7 @@ def test_children_die_with_a_parent_killed_by_sigkill(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
-        from harness.supervise import start
+        from harness.cluster.supervise import start
         p = start("sleeper", 0, [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
                   Path({str(tmp_path)!r}) / "sleeper.log")
         print(p.popen.pid, flush=True)

@@ -15,15 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # lowest first
 LAYERS: list[tuple[str, ...]] = [
     ("netem",),                                                        # the emulator: imports no harness
-    ("harness.errors", "harness.paths", "harness.sealed", "harness.conf", "harness.progress", "harness.seeds",
-     "harness.tuning"),   # leaves
-    ("harness.backends", "harness.links", "harness.record", "harness.digest", "harness.optim",
+    ("harness.errors", "harness.paths", "harness.wire", "harness.wire.sealed", "harness.conf", "harness.progress",
+     "harness.seeds", "harness.tuning"),                               # leaves (harness.wire's __init__ imports nothing)
+    ("harness.backends", "harness.wire.links", "harness.record", "harness.digest", "harness.optim",
      "harness.fanout", "harness.compress", "harness.tasks"),           # building blocks
-    ("harness.transport", "harness.role", "harness.spawn", "harness.supervise", "harness.cluster"),  # processes, wire
+    ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,
+                                                                       # supervise, role) and the wire
     ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
     ("harness.validate", "harness.plan"),                              # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
-    ("harness.__main__", "harness.bench", "harness.selftest", "harness.compress.bench",
+    ("harness.__main__", "harness.bench", "harness.cluster.selftest", "harness.compress.bench",
      "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
      "harness.onpolicy.sparsity"),                                      # entry points
 ]
@@ -115,7 +116,7 @@ def test_no_import_cycle():
 
 def test_the_walker_sees_function_level_imports():
     graph = imports(modules())
-    assert "harness.cluster" in graph["harness.plan"]          # a function-level import
+    assert "harness.cluster.launch" in graph["harness.plan"]          # a function-level import
     assert "harness.errors" in graph["harness.validate"]
 
 

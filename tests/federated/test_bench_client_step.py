@@ -2,7 +2,7 @@
 A trained (fedit and the other baselines), on the tiny and the small model. Speed is
 measured, not asserted (compare the Min column: the machine is shared):
 
-    .venv/bin/python -m pytest tests/federated/test_bench_client_step.py --benchmark-enable
+    .venv/bin/python -m pytest tests/federated/test_bench_client_step.py --benchmark-enable -n 0
 
 With --benchmark-disable (the default in pyproject) each runs once as a plain test.
 """

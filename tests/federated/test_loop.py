@@ -108,7 +108,7 @@ def test_link_columns_are_the_clients_own():
     from types import SimpleNamespace
 
     from harness.federated.client import link_columns
-    from harness.links import LinkTable
+    from harness.wire.links import LinkTable
     from netem.spec import LinkSpec
 
     links = LinkTable(up=(LinkSpec(), LinkSpec(rate_bps=5e6, delay_s=0.04), LinkSpec(rate_bps=2e6)),

@@ -1,7 +1,7 @@
 """End-to-end tier: the smoke_hilo scenario (every on-policy method, tiny model, 2 workers)
 as real role processes over shaped links (tc as root, userspace otherwise), with a bit
 flipped in worker 1's state after update 1 in every run. One scenario, several assertions:
-launches fork their roles from the warm test process (harness.spawn)."""
+launches fork their roles from the warm test process (harness.cluster.spawn)."""
 from __future__ import annotations
 
 import pytest

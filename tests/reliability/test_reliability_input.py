@@ -66,8 +66,8 @@ BAD = [  # (id, base, overrides, key the message starts with, the value as the m
 @pytest.fixture
 def tripwires(monkeypatch):
     """Fail the test if anything would start a role process or build a topology."""
-    import harness.cluster
-    import harness.supervise
+    import harness.cluster.launch
+    import harness.cluster.supervise
     import netem.topology
 
     def tripped(what):
@@ -75,8 +75,8 @@ def tripwires(monkeypatch):
             raise AssertionError(f"bad input reached {what}")
         return _fail
 
-    monkeypatch.setattr(harness.cluster, "launch", tripped("harness.cluster.launch"))
-    monkeypatch.setattr(harness.supervise, "start", tripped("harness.supervise.start"))
+    monkeypatch.setattr(harness.cluster.launch, "launch", tripped("harness.cluster.launch"))
+    monkeypatch.setattr(harness.cluster.supervise, "start", tripped("harness.cluster.supervise.start"))
     monkeypatch.setattr(netem.topology.StarTopology, "__enter__", tripped("StarTopology.__enter__"))
 
 
@@ -152,8 +152,8 @@ def test_not_root_asking_for_a_kernel_backend_fails_clearly(backend, not_root, t
 
 def test_not_root_auto_falls_back_to_userspace_and_says_so_in_run_json(not_root, monkeypatch, tmp_path):
     """The launch is replaced by a stub that records the backend it was given (no processes)."""
-    import harness.cluster
-    from harness.cluster import ClusterResult
+    import harness.cluster.launch
+    from harness.cluster.launch import ClusterResult
 
     calls = []
 
@@ -161,7 +161,7 @@ def test_not_root_auto_falls_back_to_userspace_and_says_so_in_run_json(not_root,
         calls.append(backend)
         return ClusterResult("ok", "", backend, {}, {}, 0.0)
 
-    monkeypatch.setattr(harness.cluster, "launch", fake_launch)
+    monkeypatch.setattr(harness.cluster.launch, "launch", fake_launch)
     outcomes = _run([*ONPOLICY, "net.backend=auto", f"out_dir={tmp_path}"])
     assert [o.status for o in outcomes] == ["ok"]
     assert calls == ["userspace"]

@@ -6,11 +6,11 @@ imports them once (``preload``) and forks one child per role. The child does wha
 ``ip netns exec NS`` does for the network (setns(2) into netem.names.NETNS_DIR/NS; the mount namespace
 is left alone: nothing in a role reads /sys, counters come over netlink), starts its own
 session, asks for SIGKILL when the launcher dies, points stdout/stderr at its log, takes the
-role's environment and runs ``harness.role.main`` exactly as ``python -m harness.role`` would.
+role's environment and runs ``harness.cluster.role.main`` exactly as ``python -m harness.cluster.role`` would.
 Children are separate processes with separate address spaces, talking over gloo on their own
 veth: nothing is shared but read-only pages of the imported code.
 
-``NARROWBAND_SPAWN=exec`` restores ``ip netns exec NS python -m harness.role`` (a fresh
+``NARROWBAND_SPAWN=exec`` restores ``ip netns exec NS python -m harness.cluster.role`` (a fresh
 interpreter per role). The launcher falls back to exec by itself when forking is not safe:
 when it has initialised CUDA or when other threads run in it.
 """
@@ -29,7 +29,7 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.role import set_parent_death_signal
+from harness.cluster.role import set_parent_death_signal
 from netem.names import NETNS_DIR
 
 SPAWN_ENV = "NARROWBAND_SPAWN"
@@ -105,7 +105,7 @@ class ForkedProcess:
 
 def fork_role(argv: list[str], env: dict[str, str], log_path: Path, beat_fd: int,
               netns: str | None) -> ForkedProcess:
-    """Fork a child that runs ``harness.role.main(argv)`` inside ``netns`` (None: stay here)."""
+    """Fork a child that runs ``harness.cluster.role.main(argv)`` inside ``netns`` (None: stay here)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     parent = os.getpid()
@@ -123,7 +123,7 @@ def fork_role(argv: list[str], env: dict[str, str], log_path: Path, beat_fd: int
                 except Exception:                     # noqa: BLE001
                     pass
             os._exit(code)
-    return ForkedProcess(pid, ["fork", "harness.role", *argv, f"netns={netns}"])
+    return ForkedProcess(pid, ["fork", "harness.cluster.role", *argv, f"netns={netns}"])
 
 
 def _child(parent: int, argv: list[str], env: dict[str, str], log_path: Path, beat_fd: int,
@@ -150,9 +150,9 @@ def _child(parent: int, argv: list[str], env: dict[str, str], log_path: Path, be
     torch = sys.modules.get("torch")
     if torch is not None and env.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    from harness import role
+    from harness.cluster import role
 
-    sys.argv = ["harness.role", *argv]
+    sys.argv = ["harness.cluster.role", *argv]
     try:
         role.main(list(argv))
     except SystemExit as done:

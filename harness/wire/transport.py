@@ -56,7 +56,7 @@ import torch
 import torch.distributed as dist
 
 from harness.backends import TRANSPORT_BACKENDS as BACKENDS
-from harness.links import Flow, LinkTable, TokenBucket, chunk_bytes, framed_bytes
+from harness.wire.links import Flow, LinkTable, TokenBucket, chunk_bytes, framed_bytes
 
 MAGIC = 0x6E62_7764           # "nbwd"
 HEADER_WORDS = 6

@@ -5,8 +5,8 @@
 roles[0] is the hub (learner or server). Per backend (the rules: harness/backends.py):
   netem / tc  a StarTopology (netem/) is built, one namespace per role; each role process is
               forked from this warm launcher and enters its namespace with setns(2) before the
-              entry runs (harness/spawn.py; NARROWBAND_SPAWN=exec starts ``ip netns exec <ns>
-              python -m harness.role ...`` instead), with GLOO_SOCKET_IFNAME=<its veth> and
+              entry runs (harness/cluster/spawn.py; NARROWBAND_SPAWN=exec starts ``ip netns exec <ns>
+              python -m harness.cluster.role ...`` instead), with GLOO_SOCKET_IFNAME=<its veth> and
               MASTER_ADDR=<the hub's address>. Needs root (CAP_NET_ADMIN).
   userspace   plain processes on loopback; the transport paces bytes (lower fidelity).
   model       plain processes on loopback, nothing paced; transfer times are modelled.
@@ -17,7 +17,7 @@ children in ``<run_dir>/cluster/payload.json``; their logs go to ``<run_dir>/log
 Any child exiting non-zero stops the others and the run is ``failed`` with the reason (except
 an ``expendable`` non-hub role: its death is logged, noted in ``ClusterResult.dropped`` and
 the others go on; the children are told, ``expendable`` in the payload, so the closing
-barrier of harness.role waits for them only a bounded time); so is
+barrier of harness.cluster.role waits for them only a bounded time); so is
 a run where no role progresses for ``hang_timeout_s``; SIGINT/SIGTERM to the parent stops
 everything and returns ``interrupted``. The topology is always removed.
 """
@@ -36,11 +36,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import spawn
+from harness.cluster import spawn
 from harness.backends import drops_packets, resolve_backend
 from harness.errors import ClusterError
-from harness.links import LinkTable
-from harness.supervise import RoleProcess, start, stop_all, watch
+from harness.wire.links import LinkTable
+from harness.cluster.supervise import RoleProcess, start, stop_all, watch
 from netem.spec import LinkSpec
 
 STARTUP_TIMEOUT_S = 180.0      # importing torch in N processes on 2 cores is slow
@@ -142,7 +142,7 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
             forking = how == "fork" and _may_fork(entry)
             for rank, (role, place) in enumerate(zip(roles, places)):
                 argv = [str(payload_path), str(rank)]
-                cmd = [*place["prefix"], sys.executable, "-m", "harness.role", *argv]
+                cmd = [*place["prefix"], sys.executable, "-m", "harness.cluster.role", *argv]
                 role_env = {**env, "RANK": str(rank), "GLOO_SOCKET_IFNAME": place["ifname"], "NARROWBAND_ROLE": role.name}
                 with _signals_held():            # a started child is always in `procs`
                     procs.append(start(role.name, rank, cmd, role_env, run_dir / "logs" / f"{role.name}.log",
@@ -162,7 +162,7 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
 
 
 def _may_fork(entry: str) -> bool:
-    """Whether role processes may be forked from this process (harness.spawn); preloads the entry."""
+    """Whether role processes may be forked from this process (harness.cluster.spawn); preloads the entry."""
     spawn.preload(entry)
     unsafe = spawn.fork_unsafe_reason()
     if unsafe:

@@ -3,7 +3,7 @@
 Each child runs in its own session (so a terminal's Ctrl-C reaches only the parent, which
 then stops the children in order) and gets PR_SET_PDEATHSIG(SIGKILL), so it dies with the
 thread that started it even when the parent is killed with SIGKILL. Its stdout and stderr
-go to ``<run_dir>/logs/<role>.log``; it reports progress on a pipe (see harness.role).
+go to ``<run_dir>/logs/<role>.log``; it reports progress on a pipe (see harness.cluster.role).
 
 ``watch`` returns ("ok", "") when every child exited 0, ("failed", reason) when one exited
 non-zero (the reason names the role, its exit status and the last lines of its log) or
@@ -25,11 +25,11 @@ from pathlib import Path
 from tqdm import tqdm
 from harness.progress import frames
 
-from harness.role import HEARTBEAT_ENV, set_parent_death_signal
-from harness.spawn import ForkedProcess, fork_role
+from harness.cluster.role import HEARTBEAT_ENV, set_parent_death_signal
+from harness.cluster.spawn import ForkedProcess, fork_role
 
 STOP_GRACE_S = 3.0
-tqdm.monitor_interval = 0      # no monitor thread: the launcher forks role processes (harness.spawn)
+tqdm.monitor_interval = 0      # no monitor thread: the launcher forks role processes (harness.cluster.spawn)
 TAIL_LINES = 12
 # Lines by which a role says a peer went away: such a role is a victim, not the cause.
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
@@ -87,7 +87,7 @@ def start(name: str, rank: int, cmd: list[str], env: dict[str, str], log_path: P
     """Start one role process with a heartbeat pipe; its output goes to ``log_path``.
 
     ``cmd`` is exec'd; with ``fork=(role_argv, netns)`` the child is forked from this process
-    instead and runs ``harness.role.main(role_argv)`` inside ``netns`` (see harness.spawn).
+    instead and runs ``harness.cluster.role.main(role_argv)`` inside ``netns`` (see harness.cluster.spawn).
     ``expendable`` (ignored for rank 0, the hub): its death is tolerated by ``watch``.
     """
     read_fd, write_fd = os.pipe()

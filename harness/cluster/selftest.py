@@ -1,6 +1,6 @@
 """Entry functions that exercise the cluster and the transport (tests, benchmark, `docs/cluster.md`).
 
-    launch(roles, "harness.selftest:main", {"cfg": {"selftest": {...}}}, ...)
+    launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {...}}}, ...)
 
 ``cfg["selftest"]["phases"]`` runs in order, any of:
   exchange  send/recv, broadcast, scatter (one node gets 0 bytes) and gather of seeded
@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.role import RoleContext
+from harness.cluster.role import RoleContext
 from netem.names import NETNS_DIR
 
 
@@ -154,7 +154,7 @@ def where(ctx: RoleContext, options: dict) -> None:
         "pid": os.getpid(), "ppid": os.getppid(), "links": links, "netns": ctx.netns,
         "in_netns": ctx.netns is not None and os.stat(NETNS_DIR / ctx.netns).st_ino == own,
         "rank": os.environ.get("RANK"), "role_env": os.environ.get("NARROWBAND_ROLE"),
-        "forked": "harness.role" not in " ".join(open("/proc/self/cmdline").read().split("\0")),
+        "forked": "harness.cluster.role" not in " ".join(open("/proc/self/cmdline").read().split("\0")),
     })
 
 

@@ -1,13 +1,13 @@
-"""The role process: ``harness.role.main`` (started by harness.cluster through harness.spawn).
+"""The role process: ``harness.cluster.role.main`` (started by harness.cluster.launch through harness.cluster.spawn).
 
 It is already inside its network namespace when this runs (forked from the warm launcher
-and moved in with setns(2), the default; or ``ip netns exec ... python -m harness.role
+and moved in with setns(2), the default; or ``ip netns exec ... python -m harness.cluster.role
 PAYLOAD.json RANK`` with NARROWBAND_SPAWN=exec), so torch and gloo only ever see the role's
 own veth. In order: read the payload, tell the parent we
 started, import torch, join the process group (gloo, env:// rendezvous on the hub's
 address), build the RoleContext, call the entry function ``module:function`` with it, and
 leave the group after a final barrier (nobody tears down while a peer is mid-transfer). When
-some role is ``expendable`` (it may have died mid-run, see harness.cluster) that barrier is
+some role is ``expendable`` (it may have died mid-run, see harness.cluster.launch) that barrier is
 bounded instead: a count in the rendezvous store, waited for at most CLOSING_WAIT_S.
 
 Exit status: 0 when the entry returned; 1 with the traceback on stderr when it raised (no
@@ -78,7 +78,7 @@ class RoleContext:
     role: str
     device: str
     cfg: dict
-    channel: Any                     # harness.transport.Channel
+    channel: Any                     # harness.wire.transport.Channel
     run_dir: Path
     recorder: Any                    # harness.record.Recorder
     backend: str = "userspace"
@@ -142,9 +142,9 @@ def run(payload_path: Path, rank: int) -> int:
     beat.send("start")
     import torch.distributed as dist        # after the namespace switch, by construction
 
-    from harness.links import LinkTable
+    from harness.wire.links import LinkTable
     from harness.record import Recorder
-    from harness.transport import Channel
+    from harness.wire.transport import Channel
 
     world_size = len(spec["roles"])
     wait_s = float(spec["wait_s"])
@@ -205,7 +205,7 @@ def bounded_barrier(world_size: int, wait_s: float) -> bool:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m harness.role PAYLOAD.json RANK", file=sys.stderr)
+        print("usage: python -m harness.cluster.role PAYLOAD.json RANK", file=sys.stderr)
         raise SystemExit(2)
     set_parent_death_signal()
     try:
