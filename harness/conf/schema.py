@@ -103,6 +103,7 @@ class CompressorConfig:
 class MethodConfig:
     name: str = MISSING              # full_sync | lowrank | delta | hilo | patch | spra | ffa | fedit | flora | hetlora | flexlora
     kind: str = MISSING              # onpolicy | federated
+    sync: Optional[str] = None       # on-policy: the module whose SYNCS declares this method (harness/onpolicy/methods.py)
     # --- on-policy (owned by harness/onpolicy) ---
     sync_dtype: str = "bf16"         # full_sync / lowrank wire dtype: bf16 | fp32
     rank: Optional[int] = None       # lowrank: training rank override (None: model.rank)

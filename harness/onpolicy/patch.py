@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from harness.onpolicy import codec as codecs
+from harness.onpolicy.methods import SyncMethod
 from harness.onpolicy.state import Replica, SyncError, load_state
 from harness.onpolicy.sync import LearnerSync, Update, WorkerSync
 from harness.wire.sealed import CRC_NBYTES, seal, unseal
@@ -201,3 +202,8 @@ class PatchWorker(WorkerSync):
     def load_resync(self, data: bytes) -> None:
         load_state(data, self.replica)
         self.rounded = False      # an fp32 resync (before the first patch) is rounded again
+
+
+# the registry entry of this module (harness.onpolicy.methods; harness/conf/method/patch.yaml names this module)
+SYNCS = {"patch": SyncMethod(learner=lambda r, o: PatchLearner(r, o.codec, o.codec_level),
+                             worker=lambda r, o: PatchWorker(r))}

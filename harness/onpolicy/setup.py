@@ -21,10 +21,9 @@ from typing import Any, Mapping
 
 from harness.errors import ConfigError
 from harness.onpolicy import methods as sync_methods
-from harness.seeds import derive
-from harness.onpolicy import sync as syncs
+from harness.onpolicy.state import WIRE_DTYPES, Replica, SyncError, adapter_params, flip_bit, make_optimizer
 from harness.optim import OPTIMIZERS
-from harness.onpolicy.state import WIRE_DTYPES, Replica, adapter_params, flip_bit, make_optimizer
+from harness.seeds import derive
 
 FLIP_TARGETS = ("param", "exp_avg")
 
@@ -51,7 +50,8 @@ class CompressorPlan:
 @dataclass(frozen=True)
 class OnPolicyPlan:
     """The on-policy knobs of one run, resolved and checked (units: lr per step, clip_norm L2)."""
-    method: str                      # one of harness.onpolicy.sync.METHODS
+    method: str                      # an on-policy method (harness.onpolicy.methods.names())
+    sync_module: str                 # the module whose SYNCS declares it (method.sync)
     workers: int
     steps: int                       # updates
     training_rank: int               # LoRA rank trained (method.rank wins over model.rank)
@@ -89,8 +89,13 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
     """The OnPolicyPlan of a composed config; ConfigError (one line: key, value, allowed) on a bad knob."""
     method, op, task, comp = cfg["method"], cfg["onpolicy"], cfg["task"], cfg["compressor"]
     name = str(method["name"])
-    if name not in syncs.METHODS:
-        raise _allowed("method.name", name, syncs.METHODS)
+    module = str(method.get("sync") or sync_methods.configured().get(name) or "")
+    if not module:
+        raise _allowed("method.name", name, sync_methods.names())
+    try:
+        declared = sync_methods.lookup(name, module)
+    except SyncError as err:
+        raise ConfigError(str(err)) from None
     workers, steps = int(op["workers"]), int(op["steps"])
     if workers < 1 or steps < 1:
         raise ConfigError(f"onpolicy.workers / onpolicy.steps: {workers} / {steps}; both must be >= 1")
@@ -110,7 +115,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         if int(value) < 0:
             raise ConfigError(f"{key}: {value!r} must be >= 0 (0: never)")
     compressor = None
-    if name in syncs.USES_COMPRESSOR:
+    if declared.uses_compressor:
         compressor = CompressorPlan(
             name=str(comp["name"]), budget=None if comp["budget"] is None else float(comp["budget"]),
             budget_bytes=None if comp["budget_bytes"] is None else int(comp["budget_bytes"]),
@@ -127,7 +132,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
 
         check_codec(method["codec"], method["codec_level"])
     return OnPolicyPlan(
-        method=name, workers=workers, steps=steps,
+        method=name, sync_module=module, workers=workers, steps=steps,
         training_rank=int(method["rank"] if method["rank"] is not None else cfg["model"]["rank"]),
         prompt_batch=int(task["prompt_batch"]), lr=float(op["lr"]), optimizer=str(op["optimizer"]),
         weight_decay=float(op["weight_decay"]), clip_norm=float(op["clip_norm"]), eval_every=int(op["eval_every"]),
@@ -178,11 +183,11 @@ def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | 
         task = build_task(task_cfg, tokenizer, teacher=teacher)
     params = adapter_params(policy)
     optimizer = None
-    if learner or sync_methods.worker_needs_optimizer(plan.method):
+    if learner or sync_methods.worker_needs_optimizer(plan.method, plan.sync_module):
         optimizer = make_optimizer(params, plan.optimizer, plan.lr, plan.weight_decay)
     replica = Replica(params, optimizer)
     comp = plan.compressor
-    side = sync_methods.build(plan.method, role, replica, sync_dtype=plan.sync_dtype,
+    side = sync_methods.build(plan.method, role, replica, module=plan.sync_module, sync_dtype=plan.sync_dtype,
                        compressor_factory=comp.build if comp is not None else None,
                        error_feedback=comp.error_feedback if comp is not None else True,
                        codec=plan.codec, codec_level=plan.codec_level)

@@ -33,12 +33,9 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from harness.onpolicy.methods import SyncMethod
 from harness.onpolicy.state import (Replica, SyncError, checksum, load_state, pack_flat,
                                     pack_state, unpack_flat, wire_dtype)
-
-METHODS = ("full_sync", "lowrank", "delta", "hilo", "patch")
-USES_COMPRESSOR = ("delta", "hilo")          # methods that ship compressed tensors (compressor.*)
-
 
 @dataclass
 class Update:
@@ -281,3 +278,15 @@ class HiLoWorker(WorkerSync):
         _set_grads(self.replica, _decode(self.compressor, payload))
         self.replica.optimizer.step()
         self.replica.optimizer.zero_grad(set_to_none=True)
+
+
+# the registry entries of this module (harness.onpolicy.methods; the method YAMLs name this module)
+_PLAIN = SyncMethod(learner=lambda r, o: FullSyncLearner(r, o.sync_dtype), worker=lambda r, o: FullSyncWorker(r))
+SYNCS = {
+    "full_sync": _PLAIN,
+    "lowrank": _PLAIN,                      # full sync of a lower-rank adapter (method.rank)
+    "delta": SyncMethod(learner=lambda r, o: DeltaLearner(r, o.compressor, o.error_feedback),
+                        worker=lambda r, o: DeltaWorker(r, o.compressor), uses_compressor=True),
+    "hilo": SyncMethod(learner=lambda r, o: HiLoLearner(r, o.compressor, o.error_feedback),
+                       worker=lambda r, o: HiLoWorker(r, o.compressor), uses_compressor=True, worker_optimizer=True),
+}

@@ -2,6 +2,8 @@
 used to check fails on the real command line (one line, exit 2) before anything exists."""
 from __future__ import annotations
 
+import importlib
+
 import subprocess
 import sys
 
@@ -61,6 +63,7 @@ def test_federated_plan_carries_the_settings_and_client_ranks():
     ("model.dtype=float77", "model.dtype"),
     ("onpolicy.optimizer=adamx", "onpolicy.optimizer"),
     ("method.sync_dtype=fp8", "method.sync_dtype"),
+    ("method.sync=harness.onpolicy.patch", "method.sync"),
     ("onpolicy.fault_flip_target=grad", "onpolicy.fault_flip_target"),
     ("task.temperature=0", "task.temperature"),
     ("task.max_new_tokens=1", "task.max_new_tokens"),
@@ -119,8 +122,10 @@ def test_every_registered_method_and_compressor_has_its_yaml_and_back():
     """Registering one is one module + one YAML (docs/interfaces.md): the two lists agree."""
     from harness.compress import REGISTRY
     from harness.federated.methods import METHODS as FED
-    from harness.onpolicy.sync import METHODS as ONPOLICY
+    from harness.onpolicy.methods import configured, lookup
     from harness.validate import group_options
 
     assert set(REGISTRY) == set(group_options("compressor"))
-    assert set(ONPOLICY) | set(FED) == set(group_options("method"))
+    assert set(configured()) | set(FED) == set(group_options("method"))
+    for name, module in configured().items():          # each on-policy YAML names a module that declares it
+        assert lookup(name, module) is importlib.import_module(module).SYNCS[name]

@@ -168,3 +168,22 @@ def test_policy_kl_is_measured_against_what_the_worker_holds(method, comp, dtype
     else:
         assert kl > 0.0
     assert (kl == 0.0) == (method == "hilo" or dtype == "fp32")
+
+
+# a new method is one module and one YAML file (docs/interfaces.md): this module plays the module
+SYNCS = {"toy_copy": sync_methods.SyncMethod(learner=lambda r, o: syncs.FullSyncLearner(r, "fp32"),
+                                             worker=lambda r, o: syncs.FullSyncWorker(r))}
+
+
+def test_a_method_declared_in_its_own_module_is_built_through_the_registry():
+    lm, wm = make_peft(), make_peft()
+    lrep, wrep = Replica(adapter_params(lm), make_optimizer(adapter_params(lm))), Replica(adapter_params(wm), None)
+    ls = sync_methods.build("toy_copy", "learner", lrep, module=__name__)
+    ws = sync_methods.build("toy_copy", "worker", wrep, module=__name__)
+    assert isinstance(ls, syncs.FullSyncLearner) and not sync_methods.worker_needs_optimizer("toy_copy", __name__)
+    with pytest.raises(SyncError, match="declares toy_copy, not 'hilo'"):
+        sync_methods.build("hilo", "learner", lrep, module=__name__)
+    for p in lrep.params.values():
+        p.grad = torch.ones_like(p)
+    ws.apply(ls.step(0).payload, 0)
+    assert ws.checksum() == ls.expected_checksum()
