@@ -110,7 +110,12 @@ def test_two_topologies_at_once_do_not_collide(emulation):
 
 
 HOLD = """
-import sys, time
+import signal, sys, time
+# a plain Python program's dispositions, whatever the test runner's worker passed down (an
+# inherited SIG_IGN is honoured by StarTopology: teardown, then the program goes on)
+print(signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), file=sys.stderr, flush=True)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from netem import LinkSpec, NodeSpec, StarTopology
 with StarTopology([NodeSpec("a", LinkSpec.parse(rate="10mbit")), NodeSpec("b")]) as topo:
     print(topo.prefix, flush=True)
@@ -128,7 +133,7 @@ def test_signal_tears_down_and_keeps_the_conventional_exit(emulation, sig, code)
         child.send_signal(sig)
         # a hang guard, not a speed target: on a loaded machine teardown has taken over 20 s; a
         # child that ignored the signal would exit 0 after its 60 s sleep, not with ``code``
-        assert child.wait(timeout=90) == code
+        assert child.wait(timeout=90) == code, (child.stderr.read(), signal.getsignal(sig))
     finally:
         child.kill()
         child.wait()
