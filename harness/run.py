@@ -268,20 +268,16 @@ def load_record(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
         cpus = os.cpu_count() or 1
     from harness.cluster.launch import ROLE_THREADS
 
-    return {"start": {"loadavg": start["loadavg"]}, "end": {"loadavg": end["loadavg"]}, "cpus": cpus,
-            "threads_per_role": int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS", "").isdigit()
-            else ROLE_THREADS,
-            "roles_cpu_s": round(end["children_cpu_s"] - start["children_cpu_s"], 3),
-            "launcher_cpu_s": round(end["self_cpu_s"] - start["self_cpu_s"], 3),
-            **({"machine_cpu_s": round(machine, 3),
-                "others_cpu_s": round(max(0.0, machine - (end["children_cpu_s"] - start["children_cpu_s"])
-                                          - (end["self_cpu_s"] - start["self_cpu_s"])), 3)}
-               if (machine := _minus(end["machine_cpu_s"], start["machine_cpu_s"])) is not None else {}),
-            "wall_s": round(end["wall"] - start["wall"], 3)}
-
-
-def _minus(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
+    roles = end["children_cpu_s"] - start["children_cpu_s"]
+    launcher = end["self_cpu_s"] - start["self_cpu_s"]
+    record = {"start": {"loadavg": start["loadavg"]}, "end": {"loadavg": end["loadavg"]}, "cpus": cpus,
+              "threads_per_role": int(os.environ["OMP_NUM_THREADS"])
+              if os.environ.get("OMP_NUM_THREADS", "").isdigit() else ROLE_THREADS,
+              "roles_cpu_s": round(roles, 3), "launcher_cpu_s": round(launcher, 3)}
+    if start["machine_cpu_s"] is not None and end["machine_cpu_s"] is not None:
+        machine = end["machine_cpu_s"] - start["machine_cpu_s"]
+        record |= {"machine_cpu_s": round(machine, 3), "others_cpu_s": round(max(0.0, machine - roles - launcher), 3)}
+    return record | {"wall_s": round(end["wall"] - start["wall"], 3)}
 
 
 def _bases(config: dict) -> dict[str, Any]:
