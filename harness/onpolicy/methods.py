@@ -67,9 +67,14 @@ def names() -> tuple[str, ...]:
     return tuple(configured())
 
 
+def module_of(method: str, module: str | None = None) -> str:
+    """The module that declares ``method``: ``module`` when given, else the one its config names ("" if none)."""
+    return module or configured().get(method, "")
+
+
 def lookup(method: str, module: str | None = None) -> SyncMethod:
     """The SyncMethod ``method`` (declared in ``module``'s SYNCS; default: the module its config names)."""
-    module = module or configured().get(method)
+    module = module_of(method, module)
     if not module:
         raise SyncError(f"method.name: {method!r} is not an on-policy method; use one of {', '.join(names())}")
     try:

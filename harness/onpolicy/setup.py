@@ -89,7 +89,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
     """The OnPolicyPlan of a composed config; ConfigError (one line: key, value, allowed) on a bad knob."""
     method, op, task, comp = cfg["method"], cfg["onpolicy"], cfg["task"], cfg["compressor"]
     name = str(method["name"])
-    module = str(method.get("sync") or sync_methods.configured().get(name) or "")
+    module = sync_methods.module_of(name, method.get("sync"))
     if not module:
         raise _allowed("method.name", name, sync_methods.names())
     try:
