@@ -126,6 +126,7 @@ class OnPolicyConfig:
     clip_norm: float = 1.0           # clip the learner's true gradient to this global L2 norm before sync (0: off)
     eval_every: int = 5
     policy_kl: bool = True           # record KL(worker policy || learner policy) on the rollouts
+    staleness: int = 0               # 0: synchronous; 1: update t+1's rollouts use policy t while update t's payload is on the wire
     # --- fault injection (tests): flip one bit of a worker's state after it applies an update ---
     fault_flip_step: int = -1        # update at which to flip (-1: never)
     fault_flip_worker: int = 1       # which worker (0..workers-1: role worker<i>)

@@ -36,9 +36,10 @@ def swapped(params: dict[str, torch.nn.Parameter], view: dict[str, torch.Tensor]
 
 @torch.no_grad()
 def policy_kl(task, policy, params: dict[str, torch.nn.Parameter], view: dict[str, torch.Tensor],
-              rollouts) -> float:
+              rollouts, learner: dict[str, torch.Tensor] | None = None) -> float:
     """KL(worker || learner) per completion token (nats), with the workers' adapter ``view``
-    swapped in for the second forward. ``task.completion_logits(policy, rollouts)`` gives the
+    swapped in for the second forward (and ``learner``, when given, for the first instead of
+    the adapter in ``params``: two stored policy versions). ``task.completion_logits(policy, rollouts)`` gives the
     [N, T, V] logits predicting each completion token. 0.0 for rollouts without completion tokens."""
     sel = rollouts.completion_mask
     if not bool(sel.any()):
@@ -51,10 +52,14 @@ def policy_kl(task, policy, params: dict[str, torch.nn.Parameter], view: dict[st
     was_training = policy.training
     policy.eval()
     try:
-        learner = logp()
+        if learner is None:
+            mine = logp()
+        else:
+            with swapped(params, learner):
+                mine = logp()
         with swapped(params, view):
             worker = logp()
     finally:
         policy.train(was_training)
-    per_token = (worker.exp() * (worker - learner)).sum(-1)
+    per_token = (worker.exp() * (worker - mine)).sum(-1)
     return max(0.0, float(per_token.mean()))      # >= 0; fp32 noise of near-equal policies is ~1e-9

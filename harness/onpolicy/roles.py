@@ -176,9 +176,11 @@ def run_learner(ctx, s: Setup) -> None:
               flush=True)
     held: tuple[int, dict] | None = None      # the last row, written once its verdict is known
     expected: str | None = None               # the learner's checksum of the state after the last verified update
+    pending: list[int] = []                   # staleness 1: workers found out of sync at the last ack, resynced next
+    versions = {0: _snapshot(s)} if op.staleness and op.policy_kl else {}   # adapter of each policy version still needed
     for step in range(steps):
         ctx.channel.barrier()
-        row, rollouts, prior_in_sync = learner_update(ctx, s, step, expected)
+        row, rollouts, prior_in_sync, pending = learner_update(ctx, s, step, expected, pending)
         if held is not None:
             held[1]["in_sync"] = prior_in_sync
             ctx.recorder.row(held[0], **held[1])
@@ -188,6 +190,12 @@ def run_learner(ctx, s: Setup) -> None:
             row["init_in_sync"] = init.in_sync
         if op.policy_kl:
             row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_params(), rollouts)
+            if row["rollout_policy"] != step:     # KL(rollout policy || the policy trained on them), per token
+                row["rollout_kl"] = policy_kl(s.task, s.policy, s.replica.params, versions[row["rollout_policy"]],
+                                              rollouts, learner=versions[step])
+        if op.staleness and op.policy_kl:         # keep the versions the next update's rollout_kl needs
+            versions = {v: p for v, p in versions.items() if v >= step}
+            versions[step + 1] = _snapshot(s)
         if eval_due(step, op.eval_every, steps):
             t0 = _now()
             row.update(evaluate(s, last=step == steps - 1))
@@ -195,12 +203,16 @@ def run_learner(ctx, s: Setup) -> None:
         held = (step, row)
         ctx.heartbeat(step)
     if held is not None:
-        if expected is not None:           # the last update's state: compared after the loop
+        if expected is not None or (op.staleness and every > 0):   # the last update's state: compared after the loop
             acks, _ = ctx.channel.gather(None, "verify/final")
             final = _verify(ctx, s, {r: unframe(a)[0]["checksum"] for r, a in acks.items()}, "resync/final")
             held[1].update(in_sync=final.in_sync, resynced_workers=held[1]["resynced_workers"] + final.resynced,
                            resync_bytes=held[1]["resync_bytes"] + final.resync_bytes)
         ctx.recorder.row(held[0], **held[1])
+
+
+def _snapshot(s: Setup) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in s.replica.params.items()}
 
 
 def evaluate(s: Setup, last: bool) -> dict[str, float]:
@@ -217,19 +229,25 @@ def evaluate(s: Setup, last: bool) -> dict[str, float]:
     return out
 
 
-def learner_update(ctx, s: Setup, step: int, expected: str | None = None
-                   ) -> tuple[dict[str, Any], Any, bool | None]:
+def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pending: list[int] | None = None
+                   ) -> tuple[dict[str, Any], Any, bool | None, list[int]]:
     """One timed update at the learner: (its row, the rollouts it learned from, whether the
-    workers' states after the previous update matched ``expected``: None if not verified)."""
+    workers' states after the previous update matched ``expected`` (None if not verified),
+    the workers to resync in the next update).
+
+    Synchronous (staleness 0): the checksums ride on the rollouts, and a worker that differs is
+    resynced in this update. Staleness 1: they ride on the acks (the workers hash while they
+    generate the next rollouts), and the workers in ``pending`` (found at the previous update's
+    acks) are resynced now, before this update is applied."""
     from harness.tasks import Rollouts
 
-    ch = ctx.channel
+    ch, stale = ctx.channel, s.plan.staleness > 0
     wire0, t0 = ctx.wire(), _now()
     parts, ups = ch.gather(None, f"rollouts/{step}")
     t1 = _now()
     metas = {r: unframe(parts[r]) for r in sorted(parts)}
     checks = {r: meta["checksum"] for r, (meta, _) in metas.items() if "checksum" in meta}
-    bad = sorted(r for r, c in checks.items() if c != expected)
+    bad = list(pending or []) if stale else sorted(r for r, c in checks.items() if c != expected)
     resync = _RESYNC + s.sync.resync_payload() if bad else b""     # the state after the previous update
     rollouts = Rollouts.cat([Rollouts.from_bytes(body) for _, body in metas.values()])
     s.policy.train()
@@ -242,7 +260,7 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None
     _, downs = ch.broadcast(message, f"update/{step}")
     resync_s, verdict_bytes = 0.0, 0
     if bad:
-        verdicts = {r: resync if r in bad else _OK for r in checks}
+        verdicts = {r: resync if r in bad else _OK for r in parts}
         tr = _now()
         _, transfers = ch.scatter(verdicts, f"resync/{step}")
         resync_s = _now() - tr
@@ -254,6 +272,11 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None
     acks = {r: unframe(a)[0] for r, a in raw.items()}
     t3 = _now()
     tx, rx = _delta(wire0, ctx.wire())
+    found = sorted(r for r, c in checks.items() if c != expected)
+    if stale:                             # the states after the previous update as they were, and as they are now
+        checks = {r: a["checksum"] for r, a in acks.items() if "checksum" in a}
+        found = sorted(r for r, c in checks.items() if c != expected)
+        pending = sorted(r for r, a in acks.items() if a.get("repaired", a.get("checksum", expected)) != expected)
     row = dict(
         loss=float(loss.detach()), grad_norm=grad_norm,
         **{f"train_{k}": float(v) for k, v in metrics.items() if k != "loss"},
@@ -268,14 +291,23 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None
         payload_bytes_down=len(message) * len(acks) + verdict_bytes,
         update_bytes=len(update.payload), wire_bytes_down=tx, wire_bytes_up=rx,
         verified=bool(checks), resynced_workers=len(bad), resync_bytes=(len(resync) * len(bad)),
+        staleness=s.plan.staleness, rollout_policy=min(int(m.get("policy", step)) for m, _ in metas.values()),
         compressor_info=_info(update.info),
         **update.columns)
+    row["rollout_overlapped"] = row["rollout_policy"] < step        # generated while the previous update was on the wire
     # the model backend moves bytes unpaced and models their time: its update time is the sum
-    # of the serial parts with the modelled transfers; every other backend's is the wall clock
-    parts_s = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")
-    row["update_s"] = sum(row[k] for k in parts_s) if getattr(ctx, "backend", "") == "model" else row["update_wall_s"]
-    row["bound_s"] = row["rollout_s"] + row["ideal_up_s"] + row["learn_s"] + row["ideal_down_s"]
-    return row, rollouts, (not bad) if checks else None
+    # of the serial parts with the modelled transfers (a stale rollout overlaps learn, encode and
+    # the downlink); every other backend's is the wall clock
+    if getattr(ctx, "backend", "") == "model":
+        middle = row["learn_s"] + row["encode_s"] + row["transfer_down_s"]
+        middle = max(middle, row["rollout_s"]) if row["rollout_overlapped"] else middle + row["rollout_s"]
+        row["update_s"] = row["transfer_up_s"] + middle + row["apply_s"] + row["ack_s"]
+    else:
+        row["update_s"] = row["update_wall_s"]
+    ideal = row["learn_s"] + row["ideal_down_s"]
+    ideal = max(ideal, row["rollout_s"]) if row["rollout_overlapped"] else ideal + row["rollout_s"]
+    row["bound_s"] = row["ideal_up_s"] + ideal
+    return row, rollouts, (not found) if checks else None, (pending if stale else [])
 
 
 def _clip(s: Setup, max_norm: float) -> float:
@@ -309,9 +341,9 @@ def _short(name: str) -> str:
 class Background:
     """``fn()`` run in a daemon thread; ``result()`` waits for it (and re-raises its error)."""
 
-    def __init__(self, fn: Callable[[], Any]):
+    def __init__(self, fn: Callable[[], Any], name: str = "checksum"):
         self._out: list = []
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="checksum")
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name=name)
         self._thread.start()
 
     def _run(self, fn: Callable[[], Any]) -> None:
@@ -329,6 +361,10 @@ class Background:
 
 
 def run_worker(ctx, s: Setup) -> None:
+    if s.plan.staleness:
+        from harness.onpolicy.stale import run_stale_worker
+
+        return run_stale_worker(ctx, s)
     task_cfg, ch = s.cfg["task"], ctx.channel
     steps, every = s.plan.steps, s.plan.verify_every
     shards, shard = ctx.world_size - 1, ctx.rank - 1

@@ -26,6 +26,7 @@ from harness.optim import OPTIMIZERS
 from harness.seeds import derive
 
 FLIP_TARGETS = ("param", "exp_avg")
+STALENESS = (0, 1)     # 0: synchronous; 1: one update of overlap (rollouts t+1 while update t is on the wire)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class OnPolicyPlan:
     fault_flip_target: str
     compressor: CompressorPlan | None   # delta / hilo only
     codec: str = "zstd"              # patch: byte codec of the sparse bf16 patch
+    staleness: int = 0               # k: update t's rollouts come from policy max(t - k, 0); 0 or 1
     codec_level: int = 3             # patch: zstd level
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,6 +116,8 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
     for key, value in (("onpolicy.eval_every", op["eval_every"]), ("method.verify_every", method["verify_every"])):
         if int(value) < 0:
             raise ConfigError(f"{key}: {value!r} must be >= 0 (0: never)")
+    if int(op["staleness"]) not in STALENESS:
+        raise _allowed("onpolicy.staleness", op["staleness"], STALENESS)
     compressor = None
     if declared.uses_compressor:
         compressor = CompressorPlan(
@@ -140,7 +144,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         verify_every=int(method["verify_every"]), policy_kl=bool(op["policy_kl"]), seed=int(cfg["seed"]),
         fault_flip_step=int(op["fault_flip_step"]), fault_flip_worker=int(op["fault_flip_worker"]),
         fault_flip_target=str(op["fault_flip_target"]), compressor=compressor,
-        codec=str(method["codec"]), codec_level=method["codec_level"])
+        codec=str(method["codec"]), codec_level=method["codec_level"], staleness=int(op["staleness"]))
 
 
 @dataclass

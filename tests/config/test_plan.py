@@ -65,6 +65,7 @@ def test_federated_plan_carries_the_settings_and_client_ranks():
     ("method.sync_dtype=fp8", "method.sync_dtype"),
     ("method.sync=harness.onpolicy.patch", "method.sync"),
     ("onpolicy.fault_flip_target=grad", "onpolicy.fault_flip_target"),
+    ("onpolicy.staleness=2", "onpolicy.staleness"),
     ("task.temperature=0", "task.temperature"),
     ("task.max_new_tokens=1", "task.max_new_tokens"),
     ("task.student_init=nope", "task.student_init"),
