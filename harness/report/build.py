@@ -15,6 +15,7 @@ from harness.report import plots as P
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, collect
 from harness.report.metrics import federated_curves, onpolicy_curves
+from harness.report.phases import plot_phases
 from harness.report.summary import claim_text, short_reason, write_summary
 from harness.report.tables import Tables, build_tables, write_tables
 
@@ -33,6 +34,7 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
         ("federated vs rounds", lambda: P.plot_federated_rounds(fed, plots_dir, log)),
         ("federated vs uplink", lambda: P.plot_federated_uplink(fed, plots_dir, log)),
         ("snr vs rank", lambda: P.plot_snr(tables.snr, plots_dir, log)),
+        ("phases", lambda: plot_phases(tables.hilo_runs, plots_dir, log)),
     ]
     for name, draw in tqdm(steps, desc="plots", unit="fig", disable=not progress, leave=False):
         draw()
@@ -40,7 +42,7 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
 
 
 KINDS = ("quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "frontier", "bytes_vs_rank", "spar_ranks",
-         "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "snr_vs_rank")
+         "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "snr_vs_rank", "phases")
 
 
 def prune_stale(plots_dir: Path, made: list[Path]) -> list[Path]:

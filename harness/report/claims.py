@@ -76,7 +76,8 @@ def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFr
     if hilo.empty:
         return
     for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
-        spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"])]
+        synchronous = pd.to_numeric(t["staleness"], errors="coerce").fillna(0) == 0   # the claims are the paper's loop
+        spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"]) & synchronous]
         if spar.empty:
             continue
         budgets = spar["budget_frac"].dropna()
@@ -246,7 +247,8 @@ def crossover_frame(tables: Tables) -> pd.DataFrame:
     cols = keys + ["variants", "crossover_mbit", "ci_low", "ci_high", "sd", "n_seeds", "sides", "rates"]
     if runs.empty or "speedup" not in runs:
         return pd.DataFrame(columns=cols)
-    data = runs[(runs["method"] != "full_sync") & runs["speedup"].notna()].assign(_seed=lambda f: seed_of(f))
+    stale = pd.to_numeric(runs["staleness"], errors="coerce").fillna(0) > 0     # the overlap mode's full sync too
+    data = runs[((runs["method"] != "full_sync") | stale) & runs["speedup"].notna()].assign(_seed=lambda f: seed_of(f))
     lines = []
     for group, g in data.groupby(keys, dropna=False, sort=True):
         if g["rate_mbit"].nunique() < 2:

@@ -33,6 +33,13 @@ On-policy (learner rows, ``role == "learner"``):
   ``sum(bytes_per_update_t * 8 / rate_bps) / sum(transfer_down_s_t)`` (``transfer_s`` when the
   split is absent); 1.0 means the payload crossed at the configured link rate, lower means
   protocol overhead, latency and pacing cost. NaN on unshaped links.
+- ``efficiency``: ``sum(bound_s) / sum(update_s)`` over updates: the ideal update (rollout,
+  uplink and downlink at bytes*8/rate + latency, learn) over the measured one; 1.0 means the
+  harness and the method added nothing on the path beyond the transfers and the learning.
+  ``phase_<name>``: the median over updates of each learner phase (the stacked-phase plot).
+- ``staleness`` / ``rollout_kl``: the overlap mode (``onpolicy.staleness``, 0 = synchronous;
+  speedups of either are against the synchronous full sync) and the mean measured
+  KL(rollout policy || trained policy) per token of a stale run (NaN at staleness 0).
 - ``in_sync_frac``: fraction of verified updates (learner rows with ``in_sync`` set; worker
   rows when the learner has none) at which every worker's checksum matched the learner's.
 
@@ -64,12 +71,13 @@ CONTINUOUS_METRIC = {"distill": "reverse_kl", "reward": "reward", "federated": "
 LOWER_IS_BETTER = {"reverse_kl", "eval_loss"}
 COMPUTE_MEASURES = ("client_flops", "client_compute_isolated_s", "client_compute_s")   # best first
 ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "policy_kl", "bytes_frac", "speedup",
-                  "quality_retained", "time_to_target_s"]
+                  "quality_retained", "time_to_target_s", "efficiency", "rollout_kl"]
+PHASES = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")   # serial at k=0
 FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops", "round_s",
                    "accuracy", "eval_loss", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "accuracy_gain_vs_fedit"]
 TARGET_FRACTION = 0.9
 ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit",
-                 "delay_ms", "rank", "budget_frac", "ref_rank"]
+                 "delay_ms", "rank", "budget_frac", "ref_rank", "staleness"]
 FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms"]
 LINK_KEYS = ["backend", "task", "rate_mbit", "delay_ms"]
 
@@ -184,7 +192,16 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "continuous_metric": cont or "none",
         "policy_kl": _final(hub, "policy_kl"),
         "in_sync_frac": sync.mean() if len(sync) else np.nan,
+        "efficiency": _ratio(_col(hub, "bound_s"), _col(hub, "update_s")),
+        "rollout_kl": _col(hub, "rollout_kl").mean(),
+        **{f"phase_{p}": _col(hub, p).median() for p in (*PHASES, "replay_s", "bound_s", "update_s")},
     }
+
+
+def _ratio(num: pd.Series, den: pd.Series) -> float:
+    """sum(num) / sum(den) over the updates that have both (NaN when none has)."""
+    both = num.notna() & den.notna()
+    return float(num[both].sum() / den[both].sum()) if both.any() and den[both].sum() > 0 else np.nan
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -235,7 +252,9 @@ def time_to_target(curve: pd.DataFrame, target: float) -> float:
 
 
 def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
+    """The synchronous (staleness 0) full sync at the same link and training rank."""
     cands = _match(configs[configs["method"] == "full_sync"], row, LINK_KEYS)
+    cands = cands[pd.to_numeric(cands["staleness"], errors="coerce").fillna(0) == 0]
     return _pick_reference(cands[cands["rank"] == row["ref_rank"]], row, "full_sync")
 
 
@@ -253,6 +272,7 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
         keys = {k: _first(hub, k) for k in ONPOLICY_KEYS}
         per_run.append({**keys, "seed": _first(hub, "seed", -1), "run_id": run_id, "run_ids": run_id,
                         "command": _first(hub, "command", ""), "sync_dtype": _first(hub, "sync_dtype", ""),
+                        "staleness": int(_first(hub, "staleness", 0)),
                         **_run_flags(hub), **onpolicy_run(run_rows)})
         curves[run_id] = onpolicy_curve(run_rows)
     if not per_run:

@@ -121,7 +121,13 @@ def _groups(frame: pd.DataFrame, by: Iterable[str] = ("scenario", "backend")):
 
 
 def _method_name(r: pd.Series) -> str:
-    return label(r["method"], r.get("compressor"))
+    k = r.get("staleness")
+    return label(r["method"], r.get("compressor")) + (f" (staleness {int(k)})" if not _nan(k) and k else "")
+
+
+def _k(v) -> str:
+    """The overlap mode of a row: 0 (synchronous, also for runs that predate the column) or k."""
+    return "0" if _nan(v) else f"{int(v)}"
 
 
 def is_grid(t: pd.DataFrame) -> bool:
@@ -175,7 +181,7 @@ def crossover_section(cross: pd.DataFrame) -> list[str]:
     out += [markdown_table(shown, [("scenario", "scenario", str), ("backend", "backend", str),
                                    ("method", "name", str), ("budget", "budget", str),
                                    ("training rank", "ref_rank", lambda v: fmt_num(v, 4)),
-                                   ("crossover", "text", str), ("speedup vs 1", "sides", str),
+                                   ("staleness", "staleness", _k), ("crossover", "text", str), ("speedup vs 1", "sides", str),
                                    ("rates (Mbit/s)", "rates", str)]), ""]
     return out
 
@@ -234,14 +240,18 @@ def hilo_section(coll: Collection, tables: Tables) -> list[str]:
                 f"continuous metric ({cont}); bytes = downlink payload per update per worker (incl. resyncs); "
                 "speedup, bytes and retained quality are per seed vs the same seed's full sync at the same link and "
                 f"training rank (reference run: {', '.join(refs) or 'none found'}), then averaged. Cells: mean ± "
-                "95% t half-width (n = seeds); ⚠ = runs measured under load.", ""]
+                "95% t half-width (n = seeds); ⚠ = runs measured under load. Efficiency = ideal update (rollout, "
+                "learn and both transfers at bytes×8/rate + latency) / measured update (docs/report.md); "
+                "*staleness 1*: the labelled overlap mode (rollouts of update t+1 made with policy t while update "
+                "t is on the wire), its speedup against the synchronous full sync.", ""]
         t = t.assign(flag=[f"{int(k)} ⚠" if k else "" for k in t["loaded_runs"].fillna(0)])
         out.append(markdown_table(t, [
             ("task", "task", str), ("method", "name", str), ("variant", "variant", str),
             ("rank", "rank", lambda v: fmt_num(v, 4)),
             ("rate (Mbit/s)", "rate_mbit", fmt_rate), ("bytes/update", "bytes_per_update", fmt_bytes),
             ("% of full sync", "*", stat("bytes_frac", "{:.2f}", "%", 100)), ("update (s)", "*", stat("update_s")),
-            ("speedup", "*", stat("speedup", "{:.2f}", "×")), (metric, "*", stat("quality")),
+            ("speedup", "*", stat("speedup", "{:.2f}", "×")),
+            ("efficiency", "*", stat("efficiency", "{:.0f}", "%", 100)), (metric, "*", stat("quality")),
             (cont, "*", stat("continuous", "{:.3g}")), ("retained", "*", stat("quality_retained", "{:.1f}", "%", 100)),
             (f"time to {TARGET_FRACTION:.0%} (s)", "*", stat("time_to_target_s", "{:.2f}")),
             ("in sync", "in_sync_frac", fmt_pct), ("seeds", "seed_list", str), ("loaded", "flag", str),

@@ -1,0 +1,83 @@
+"""The critical path of an on-policy update: its phases per method and link rate, beside the
+ideal bound (issue 15's per-phase accounting).
+
+From the per-run frame (``tables.hilo_runs``: each run's median over updates of every learner
+phase, ``phase_<name>``), averaged over seeds. One figure per scenario, backend and task; one
+panel per link rate; one stacked bar per variant (rollout, uplink, learn, encode, downlink,
+apply, ack: the serial parts of the synchronous loop), a black tick at the measured update
+time and a white diamond at the ideal bound (rollout + learn + both transfers at
+bytes*8/rate + latency). HiLo's replay overlaps the downlink and is not stacked; a stale
+(overlap-mode) run's rollout overlaps learn, encode and the downlink, so its stack is taller
+than its update. Efficiency = bound / update (the HiLo table's column).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.report.figkit import Figure, PlotLog, legend, xlabel
+from harness.report.metrics import PHASES
+from harness.report.style import figure, label, save, slug, styled
+
+NAMES = {"rollout_s": "rollout", "transfer_up_s": "uplink", "learn_s": "learn", "encode_s": "encode",
+         "transfer_down_s": "downlink", "apply_s": "apply", "ack_s": "ack"}
+COLORS = ("#4c72b0", "#8172b2", "#55a868", "#dd8452", "#c44e52", "#937860", "#8c8c8c")
+MAX_PANELS = 4
+
+
+def phase_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds of each run's median phases, per configuration (one line per variant)."""
+    cols = [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
+    if runs.empty or not set(cols) <= set(runs.columns):
+        return pd.DataFrame()
+    runs = runs[runs["phase_update_s"].notna()]
+    keys = ["scenario", "backend", "task", "rate_mbit", "variant", "method", "compressor", "rank", "ref_rank"]
+    table = runs.groupby(keys, dropna=False, sort=True).agg(
+        **{c: (c, "mean") for c in cols}, staleness=("staleness", "max"), seeds=("run_id", "count")).reset_index()
+    table["efficiency"] = table["phase_bound_s"] / table["phase_update_s"]
+    return table
+
+
+def plot_phases(runs: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
+    table = phase_table(runs)
+    if table.empty:
+        log.skip("phases", "no on-policy run recorded its phases (bound_s)")
+        return
+    for (scenario, backend, task), group in table.groupby(["scenario", "backend", "task"], sort=True):
+        rates = sorted(group["rate_mbit"].dropna().unique())[:MAX_PANELS]
+        if not rates:
+            continue
+        with styled():
+            bars = max(int((group["rate_mbit"] == r).sum()) for r in rates)
+            fig, axes = figure(len(rates), height=1.2 + 0.42 * bars, sharey=False)
+            for ax, rate in zip(axes, rates):
+                _panel(ax, group[group["rate_mbit"] == rate].sort_values(["method", "variant"]))
+                ax.set_title(f"{rate:g} Mbit/s")
+            xlabel(fig, axes, "Seconds per update (median over updates, mean over seeds)")
+            legend(fig, axes)
+            name = slug("phases", scenario, backend, task)
+            seeds = ", ".join(sorted({str(int(n)) for n in group["seeds"]}))
+            caption = (f"Where an update's time goes, per method and link rate, task {task}; scenario {scenario}, "
+                       f"backend {backend}. Stacked: the serial phases of the synchronous loop (learner rows); "
+                       "black tick: measured update; white diamond: the ideal bound (rollout + learn + both "
+                       "transfers at bytes×8/rate + latency). HiLo's replay overlaps the downlink (not stacked); in "
+                       f"the overlap mode (staleness 1) the rollout overlaps learn and the downlink. Seeds per bar: {seeds}.")
+            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+
+
+def _panel(ax, rows: pd.DataFrame) -> None:
+    ys = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for phase, color in zip(PHASES, COLORS):
+        width = rows[f"phase_{phase}"].fillna(0).to_numpy()
+        ax.barh(ys, width, left=left, color=color, height=0.7, label=NAMES[phase])
+        left += width
+    ax.scatter(rows["phase_update_s"], ys, marker="|", s=220, color="black", linewidths=1.6, label="update", zorder=3)
+    ax.scatter(rows["phase_bound_s"], ys, marker="D", s=22, facecolor="white", edgecolor="black", label="bound",
+               zorder=4)
+    names = [label(m, c) + (f" (k={int(k)})" if k == k and k else "") + f"\n{v}"
+             for m, c, k, v in zip(rows["method"], rows["compressor"], rows["staleness"], rows["variant"])]
+    ax.set_yticks(ys, names, fontsize=6)
+    ax.invert_yaxis()
