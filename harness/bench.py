@@ -25,30 +25,41 @@ class Step:
     name: str
     argv: tuple[str, ...]
     what: str
-    full: tuple[str, ...] = ()     # --full: these arguments instead of the reference's only=[...]
+    full: tuple[str, ...] = ()     # --full: these arguments instead of the reference's only=[...] and seeds=[...]
 
     def full_version(self) -> "Step":
-        keep = tuple(a for a in self.argv if not a.startswith("only="))
+        keep = tuple(a for a in self.argv if not a.startswith(("only=", "seeds=")))
         return Step(self.name, keep + self.full, self.what) if self.full else self
 
 
 PY = sys.executable
-# The reference (make bench, ~40 min on 2 idle cores) runs the headline comparisons at seeds 0-2
-# (the scenarios' own `seeds:`): HiLo+Spar vs full sync vs low-rank r=1 (and the lossless patch)
-# on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA, the sparsity
-# measurement and the SNR study. --full runs every variant of every scenario (hilo_reward, the
-# other compressors and budgets, the SPRA ablations and claim variants, the rate x rank grid)
-# at seeds 0-4, several hours on 2 cores.
+# The reference (make bench, ~40 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
+# full sync vs low-rank r=1 on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA
+# (SGD, the papers' optimizer). At seeds 0-2: the lossless patch, the overlap mode (staleness 1) of full
+# sync and HiLo at both rates, the quality-vs-bytes frontier (Spar at 0.5/1.6/5%, PowerSGD as itself at
+# rank 1 and on its 1.6% rotating subset, top-k), the same federated comparison with AdamW; then the
+# sparsity measurement and the SNR study. --full runs every variant of every scenario (hilo_reward, the
+# other budgets, the SPRA ablations and claim variants, the rate x rank grid) at seeds 0-4, several hours.
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
-HILO_REFERENCE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,patch_10mbit,full_sync_100mbit,hilo_spar_100mbit"
-SPRA_REFERENCE = "spra,fedit,ffa,hetlora"
+THREE_SEEDS = "seeds=[0,1,2]"
+HILO_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
+HILO_MORE = ("patch_10mbit,full_sync_stale_10mbit,hilo_spar_stale_10mbit,full_sync_stale_100mbit,"
+             "hilo_spar_stale_100mbit,hilo_spar_b005_10mbit,hilo_spar_b05_10mbit,hilo_powersgd_r1_10mbit,"
+             "hilo_powersgd_subset_10mbit,hilo_topk_10mbit")
+SPRA_HEADLINE = "spra,fedit,ffa,hetlora"
+SPRA_MORE = "spra_adamw,fedit_adamw,ffa_adamw,hetlora_adamw"
 STEPS = (
     Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
-    Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", f"only=[{HILO_REFERENCE}]"),
-         "HiLo+Spar vs full sync, low rank r=1 and the lossless patch; on-policy distillation",
+    Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", FULL_SEEDS, f"only=[{HILO_HEADLINE}]"),
+         "HiLo+Spar vs full sync and low rank r=1 at 10 and 100 Mbit/s; on-policy distillation, 5 seeds"),
+    Step("hilo_more", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, f"only=[{HILO_MORE}]"),
+         "the lossless patch, the overlap mode (staleness 1) and the quality-vs-bytes frontier, 3 seeds",
          full=(FULL_SEEDS,)),
-    Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", f"only=[{SPRA_REFERENCE}]"),
-         "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links", full=(FULL_SEEDS,)),
+    Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", FULL_SEEDS, f"only=[{SPRA_HEADLINE}]"),
+         "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), 5 seeds",
+         full=(FULL_SEEDS,)),
+    Step("spra_adamw", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_MORE}]"),
+         "the same federated comparison with AdamW (the common optimizer), 3 seeds"),
     Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
          "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process"),
     Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
@@ -61,6 +72,7 @@ FULL_ONLY = (
          "rate x rank sweep (Hydra multirun), emulated and model backends"),
 )
 QUICK = ("netem-check", "hilo_distill", "spra_federated", "snr", "report")
+FULL_DROPS = ("spra_adamw",)       # --full: spra_federated runs every variant, these included
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these steps")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     args = parser.parse_args(argv)
-    table = STEPS[:-1] + FULL_ONLY + STEPS[-1:] if args.full else STEPS     # the report last
+    table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + STEPS[-1:] if args.full else STEPS
     names = [s.name for s in table]
     if args.only:
         bad = [n for n in args.only if n not in names]
