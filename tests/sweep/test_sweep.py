@@ -150,3 +150,19 @@ def test_rerun_skips_complete_runs_and_redoes_failed_or_interrupted(sweep):
     assert after[f"{killed}.attempt1"]["status"] == "interrupted"
     assert after[failed]["config"] == before[failed]["config"]
     assert list((runs / "grid_hilo" / failed / "rows").glob("*.parquet")), "the redone run wrote no rows"
+
+
+def test_a_bad_grid_point_fails_its_job_not_the_sweep(tmp_path):
+    """In multirun a ConfigError is that job's failure (an exception Hydra records; a launcher in
+    other processes pickles it back), not SystemExit(2), which would end the basic launcher's
+    sweep at the first bad point and leave a submitit job with no result file."""
+    argv = [sys.executable, "-m", "harness", "-m", "scenario=grid_hilo", "net.rate=bogus,bogus2",
+            "model.rank=16", "net.backend=model", "only=[full_sync]", f"out_dir={tmp_path / 'runs'}",
+            f"hydra.sweep.dir={tmp_path / 'hydra'}", "progress=false"]
+    out = subprocess.run(argv, cwd=project_root(), capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text[-3000:]
+    for bad in ("bogus", "bogus2"):      # both points ran: the first failure did not stop the sweep
+        assert f"error: net.rate: '{bad}' is not a rate" in text, text[-3000:]
+    assert "harness.errors.ConfigError: net.rate: 'bogus'" in text, text[-3000:]
+    assert not (tmp_path / "runs").exists()
