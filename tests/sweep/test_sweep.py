@@ -74,7 +74,11 @@ def _sweep(tmp: Path, runs: Path) -> subprocess.CompletedProcess:
             "model.rank=16", "net.backend=model", "only=[full_sync]", "onpolicy.workers=1",
             "onpolicy.steps=1", "onpolicy.eval_every=1", "task.eval_prompts=8", f"out_dir={runs}",
             "progress=false"]
-    env = {**os.environ, "NARROWBAND_ROOT": str(project_root())}
+    # from a folder that is not the checkout, PYTHONPATH keeps the import on this checkout's harness
+    # (an editable install may point at another checkout); NARROWBAND_ROOT finds its scenarios
+    root = str(project_root())
+    env = {**os.environ, "NARROWBAND_ROOT": root,
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     out = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
