@@ -32,16 +32,27 @@ def _app(cfg: DictConfig) -> None:
         outcomes = run_scenario(cfg, overrides=_user_overrides())
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        if _multirun():
+            raise   # this grid point's failure (see below), not the end of the sweep
         raise SystemExit(2) from None
     failed = [o for o in outcomes if o.status not in ("ok", "skipped")]
     if failed:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            # an Exception lets Hydra mark this job failed and go on with the rest of the sweep
+        if _multirun():
             raise RuntimeError(f"{len(failed)} run(s) failed: {', '.join(o.run_id for o in failed)}")
         raise SystemExit(1)
+
+
+def _multirun() -> bool:
+    """True inside a multirun job. There a job's problem must be an ordinary exception, never
+    SystemExit: Hydra's job runner catches only ``Exception``, records it as that job's
+    failure and goes on with the sweep; a launcher that runs jobs in other processes
+    (submitit: local or Slurm) pickles it back to the sweep. A SystemExit would end the basic
+    launcher's whole sweep, and a submitit job would exit with no result file (submitit's
+    ``UncompletedJobError``: 'has not produced any output')."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def _user_overrides() -> list[str]:

@@ -1,7 +1,8 @@
 """The project's one user-input error, in a leaf module every layer may import.
 
 A ``ConfigError`` message names the key, the value and what is allowed, on one line; the
-app prints it and exits with status 2 before any namespace or process exists.
+app prints it and exits with status 2 before any namespace or process exists (in a multirun
+sweep it raises it again, as that job's failure: harness/__main__.py).
 """
 from __future__ import annotations
 

@@ -74,7 +74,11 @@ def _sweep(tmp: Path, runs: Path) -> subprocess.CompletedProcess:
             "model.rank=16", "net.backend=model", "only=[full_sync]", "onpolicy.workers=1",
             "onpolicy.steps=1", "onpolicy.eval_every=1", "task.eval_prompts=8", f"out_dir={runs}",
             "progress=false"]
-    env = {**os.environ, "NARROWBAND_ROOT": str(project_root())}
+    # from a folder that is not the checkout, PYTHONPATH keeps the import on this checkout's harness
+    # (an editable install may point at another checkout); NARROWBAND_ROOT finds its scenarios
+    root = str(project_root())
+    env = {**os.environ, "NARROWBAND_ROOT": root,
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     out = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
@@ -150,3 +154,19 @@ def test_rerun_skips_complete_runs_and_redoes_failed_or_interrupted(sweep):
     assert after[f"{killed}.attempt1"]["status"] == "interrupted"
     assert after[failed]["config"] == before[failed]["config"]
     assert list((runs / "grid_hilo" / failed / "rows").glob("*.parquet")), "the redone run wrote no rows"
+
+
+def test_a_bad_grid_point_fails_its_job_not_the_sweep(tmp_path):
+    """In multirun a ConfigError is that job's failure (an exception Hydra records; a launcher in
+    other processes pickles it back), not SystemExit(2), which would end the basic launcher's
+    sweep at the first bad point and leave a submitit job with no result file."""
+    argv = [sys.executable, "-m", "harness", "-m", "scenario=grid_hilo", "net.rate=bogus,bogus2",
+            "model.rank=16", "net.backend=model", "only=[full_sync]", f"out_dir={tmp_path / 'runs'}",
+            f"hydra.sweep.dir={tmp_path / 'hydra'}", "progress=false"]
+    out = subprocess.run(argv, cwd=project_root(), capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text[-3000:]
+    for bad in ("bogus", "bogus2"):      # both points ran: the first failure did not stop the sweep
+        assert f"error: net.rate: '{bad}' is not a rate" in text, text[-3000:]
+    assert "harness.errors.ConfigError: net.rate: 'bogus'" in text, text[-3000:]
+    assert not (tmp_path / "runs").exists()
