@@ -190,13 +190,43 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
             plan: RunPlan | None = None) -> Outcome:
     """Plan (unless given the plan of ``cfg``), launch, record. Never raises for a failed run:
     the outcome says it; bad input raises ConfigError before anything exists."""
+    plan = plan or build_plan(cfg)
+    run_id = cfg.run_id or run_id_of(cfg, variant)
+    run_dir = project_root() / cfg.out_dir / scenario / run_id
+    lock = _claim(run_dir)
+    if lock is None:
+        print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {run_dir.name}.lock), "
+              "skipped", flush=True)
+        return Outcome(run_id, run_dir, "skipped", "running in another process", variant=variant, seed=int(cfg.seed))
+    try:
+        return _run_claimed(cfg, scenario, variant, overrides, plan, run_id, run_dir)
+    finally:
+        os.close(lock)
+
+
+def _claim(run_dir: Path) -> int | None:
+    """An exclusive lock on ``<run_id>.lock`` beside the run's folder (flock: released when the
+    process ends, however it ends), so two jobs of a sweep that share an out_dir never run the
+    same run id at once, and a live run is never taken for a killed one and moved aside. None:
+    another process holds it. (flock is per machine on some network filesystems: docs/sweeps.md.)"""
+    import fcntl
+
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir.with_name(f"{run_dir.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[str], plan: RunPlan,
+                 run_id: str, run_dir: Path) -> Outcome:
     from harness.cluster.launch import launch
     from netem.topology import clean
 
-    plan = plan or build_plan(cfg)
     backend, why = plan.backend.value, plan.backend_reason
-    run_id = cfg.run_id or run_id_of(cfg, variant)
-    run_dir = project_root() / cfg.out_dir / scenario / run_id
     if not _prepare_dir(run_dir, bool(cfg.resume)):
         print(f"[narrowband] {scenario}/{run_id}: complete already, skipped (resume=true)", flush=True)
         return Outcome(run_id, run_dir, "skipped", variant=variant, seed=int(cfg.seed))
