@@ -130,10 +130,15 @@ def _stop_interrupted(scenario: str, outcomes: list[Outcome]) -> NoReturn:
     raise SystemExit(INTERRUPTED_EXIT) from None
 
 
-def run_id_of(cfg: DictConfig, variant: str) -> str:
+def run_id_of(cfg: DictConfig, variant: str, backend: str | None = None) -> str:
+    """``<variant>-s<seed>-<hash of the resolved config>``; ``backend``: what ``net.backend=auto``
+    resolved to on this machine (the planner's choice), hashed in its place, so a point done with
+    ``tc`` on a root machine is not taken for the same run as one done with ``userspace``."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     for key in RUN_CONTROL + ("scenario", "variant"):
         plain.pop(key, None)
+    if backend and isinstance(plain.get("net"), dict) and plain["net"].get("backend") == "auto":
+        plain["net"]["backend"] = backend
     digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
     return f"{variant}-s{int(cfg.seed)}-{digest}"
 
@@ -191,7 +196,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     """Plan (unless given the plan of ``cfg``), launch, record. Never raises for a failed run:
     the outcome says it; bad input raises ConfigError before anything exists."""
     plan = plan or build_plan(cfg)
-    run_id = cfg.run_id or run_id_of(cfg, variant)
+    run_id = cfg.run_id or run_id_of(cfg, variant, plan.backend.value)
     run_dir = project_root() / cfg.out_dir / scenario / run_id
     lock = _claim(run_dir)
     if lock is None:

@@ -33,3 +33,11 @@ def test_run_ids_carry_the_seed_and_the_seed_list_leaves_the_hash_alone():
     assert run_id_of(a, "hilo_spar").startswith("hilo_spar-s0-")
     assert run_id_of(b, "hilo_spar").startswith("hilo_spar-s1-")
     assert run_id_of(a, "hilo_spar") == run_id_of(c, "hilo_spar")       # resume finds seed 0's run
+
+
+def test_run_ids_hash_what_auto_resolved_to():
+    auto = compose_config(["scenario=smoke_hilo", "net.backend=auto"])
+    tc = compose_config(["scenario=smoke_hilo", "net.backend=tc"])
+    assert run_id_of(auto, "hilo_spar", "tc") == run_id_of(tc, "hilo_spar", "tc")
+    assert run_id_of(auto, "hilo_spar", "tc") != run_id_of(auto, "hilo_spar", "userspace")
+    assert run_id_of(tc, "hilo_spar", "userspace") == run_id_of(tc, "hilo_spar")   # a pinned backend is hashed as asked
