@@ -183,8 +183,10 @@ def parse_csv(text: str, name: str = "trace", key: str = "net.trace", where: str
             raise bad(f"has {len(fields)} fields, not 2 or 3")
         if starts and len(fields) != (3 if delays else 2):
             raise bad("has a delay column where other lines do not (or the other way round)")
-        if (not starts and t != 0) or (starts and t <= starts[-1]) or t < 0:
-            raise bad("time is not increasing from 0" if starts else "first time is not 0")
+        if not starts and t != 0:
+            raise bad("first time is not 0")
+        if starts and t <= starts[-1]:
+            raise bad(f"time {t:g} is not after the line above ({starts[-1]:g})")
         rate = _number(fields[1], n, raw, key, where, CSV_ALLOWED)
         if rate <= 0:
             raise bad("rate is not > 0")

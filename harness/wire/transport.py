@@ -333,3 +333,17 @@ def _as_tensor(data: bytes) -> torch.Tensor:
     if len(data) == 0:
         return torch.empty(0, dtype=torch.uint8)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def trace_rate_columns(channel, **groups: list[Transfer]) -> dict[str, float]:
+    """Row columns ``trace_rate_<group>_mbit``: the mean bottleneck rate in force during each group of
+    transfers (Mbit/s; the mean of their ``rate_bps``), for runs on traced links; {} otherwise, so
+    untraced rows keep their columns."""
+    links = getattr(channel, "links", None)
+    if links is None or not links.traced:
+        return {}
+    out = {}
+    for name, transfers in groups.items():
+        rates = [t.rate_bps for t in transfers if t.rate_bps]
+        out[f"trace_rate_{name}_mbit"] = sum(rates) / len(rates) / 1e6 if rates else float("nan")
+    return out

@@ -63,7 +63,7 @@ def test_transfer_time_integrates_the_schedule():
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("0,10\n0,5\n", "time is not increasing"),
+    ("0,10\n0,5\n", "time 0 is not after the line above (0)"),
     ("1,10\n", "first time is not 0"),
     ("0,10\n2,x\n", "'x', not a number"),
     ("0,0\n", "rate is not > 0"),
