@@ -184,6 +184,8 @@ def _places(roles: list[RoleSpec], backend: str, stack: ExitStack, result: Clust
         raise ClusterError(str(err)) from err
     result.topology = topology.describe()
     result.qdiscs = topology.qdisc_show()
+    if topology.replay is not None:       # runs before the topology closes: the replay's final account
+        stack.callback(lambda: result.topology.update(replay=topology.replay.describe()))
     return [{"prefix": topology.exec_prefix(r.name), "ifname": topology.nodes[r.name].ifname,
              "addr": topology.nodes[r.name].addr, "netns": topology.nodes[r.name].netns} for r in roles]
 
