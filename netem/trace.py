@@ -78,7 +78,7 @@ class Trace:
         if self.period_s is None:
             return math.inf
         return began - self.starts_s[i] + self.period_s
-    
+
     def bits_between(self, a: float, b: float) -> float:
         """Bits the schedule carries from time a to time b (b >= a)."""
         bits, t = 0.0, max(0.0, a)
@@ -100,9 +100,12 @@ class Trace:
         return max(0.0, t - start_s)
 
     def mean_rate_bps(self, start_s: float | None = None, end_s: float | None = None) -> float:
-        """Time-mean rate over [start_s, end_s] (bits/s); default: one period (or the defined steps)."""
+        """Time-mean rate over [start_s, end_s] (bits/s). Default: the long-run mean, i.e. over one
+        period, or for a trace without a loop its last rate (which it holds from then on)."""
         if start_s is None:
-            start_s, end_s = 0.0, self.period_s or self.starts_s[-1] or 1.0
+            if self.period_s is None:
+                return self.rates_bps[-1]
+            start_s, end_s = 0.0, self.period_s
         if end_s is None or end_s <= start_s:
             return self.rate_at(start_s)
         return self.bits_between(start_s, end_s) / (end_s - start_s)

@@ -81,7 +81,8 @@ def link_columns(ctx: Any, rank: int) -> dict[str, float]:
         return {}
 
     def mbit(spec: Any) -> float:
-        return spec.rate_bps / 1e6 if spec.rate_bps is not None else math.nan
+        rate = links.nominal_rate_bps(spec)         # a traced link: the trace's mean rate
+        return rate / 1e6 if rate is not None else math.nan
 
     up, down = links.up[rank], links.down[rank]
     return {"rate_mbit": mbit(down), "delay_ms": down.delay_s * 1e3, "up_rate_mbit": mbit(up),

@@ -71,6 +71,11 @@ class LinkTable:
         trace = self._trace(spec)
         return spec.rate_bps if trace is None else trace.rate_at((self.t0 if at is None else at) - self.t0)
 
+    def nominal_rate_bps(self, spec: LinkSpec) -> float | None:
+        """The rate a row names for one direction: a trace's time-mean over one period, else rate_bps."""
+        trace = self._trace(spec)
+        return spec.rate_bps if trace is None else trace.mean_rate_bps()
+
     def _delay_s(self, spec: LinkSpec, at: float | None) -> float:
         trace = self._trace(spec)
         traced = None if trace is None else trace.delay_at((self.t0 if at is None else at) - self.t0)

@@ -74,3 +74,9 @@ def test_untraced_transfer_records_the_plain_path_rate():
     links = LinkTable(up=(LinkSpec(), LinkSpec(rate_bps=10e6)), down=(LinkSpec(), LinkSpec()))
     out = run_ranks(links, "model", lambda ch: ch.send(0, b"y" * 1000, "t") if ch.rank else ch.recv(1, "t")[1])
     assert out[0].rate_bps == 10e6 and out[1].rate_bps == 10e6
+
+
+def test_rows_name_a_traced_direction_by_its_mean_rate(step):
+    links = _table(traced(LinkSpec(), step), t0=0.0)
+    assert links.nominal_rate_bps(links.up[1]) == 2e6                 # no loop: the last step holds
+    assert links.nominal_rate_bps(LinkSpec(rate_bps=5e6)) == 5e6
