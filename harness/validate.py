@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.backends import BACKENDS, KERNEL_BACKENDS, QDISC
+from harness.backends import BACKENDS, KERNEL_BACKENDS, QDISC, plays_traces
 from harness.errors import ConfigError
 from harness.paths import scenario_names
 
@@ -21,7 +21,6 @@ CONF = Path(__file__).parent / "conf"
 GROUPS = ("net", "model", "task", "compressor", "method")
 WIRE_DTYPES = ("bf16", "fp16", "int8", "fp32")
 NODE_KEYS = ("rate", "up", "down", "delay", "jitter", "loss", "queue", "trace")
-TRACE_BACKENDS = ("auto", "netem", "tc", "model")
 ONPOLICY_TASKS = ("distill", "reward")
 
 
@@ -90,8 +89,8 @@ def _check_trace(key: str, value: Any, backend: str) -> None:
         if sides is None or set(sides) - {"up", "down"}:
             raise ConfigError(f"{key}: {value!r} is not a trace; use a file path or shipped name (both directions) "
                               "or a mapping {up: ..., down: ...}")
-    if backend not in TRACE_BACKENDS:
-        raise _allowed(f"net.backend (with {key} set)", backend, TRACE_BACKENDS)
+    if not plays_traces(backend):
+        raise _allowed(f"net.backend (with {key} set)", backend, [b for b in BACKENDS if plays_traces(b)])
     for side in ("up", "down"):
         name = trace_of(value, side)
         if name is not None:
