@@ -7,7 +7,8 @@
 
 Rules, each written once here: a kernel backend needs root (CAP_NET_ADMIN), network
 namespaces and its qdisc (sch_netem for ``netem``, sch_tbf for ``tc``); only ``netem`` drops
-packets (:func:`drops_packets`); ``auto`` picks netem > tc > userspace (netem.caps decides
+packets (:func:`drops_packets`); every backend but userspace plays link traces
+(:func:`plays_traces`); ``auto`` picks netem > tc > userspace (netem.caps decides
 what this machine has). The kernel-side rules of one link (tbf's rate ceiling) stay in
 netem/shaping.py, which does not import the harness.
 """
@@ -42,6 +43,12 @@ WHY = {
 def drops_packets(backend: str) -> bool:
     """Only kernel netem can emulate packet loss; every other backend refuses loss > 0."""
     return backend == "netem"
+
+
+def plays_traces(backend: str) -> bool:
+    """Link traces (net.trace) are replayed by kernel backends (tc change on schedule) and integrated
+    by ``model``; ``userspace``'s token buckets pace at one fixed rate, so it refuses them."""
+    return backend != "userspace"
 
 
 def resolve_backend(requested: str, caps=None) -> tuple[str, str]:

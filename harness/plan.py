@@ -17,15 +17,18 @@ Choices written down: every role gets the run's ``seed`` (replicas must draw the
 and prompts; roles differ by process rank, not by seed). The row's ``rate_mbit`` /
 ``delay_ms`` are those of the first node's downlink as shaped (the hub's link when the nodes
 are unshaped), which is the global ``net.rate`` / ``net.delay`` unless ``net.nodes``
-overrides them.
+overrides them. With link traces (``net.trace`` / ``net.nodes[i].trace``) a direction's
+LinkSpec carries the trace's resolved path and starts at its first rate; ``rate_mbit`` is then
+the trace's time-mean rate over one period and the rows get a ``trace`` column (the trace names).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Mapping
 
-from harness.backends import Backend, resolve_backend
+from harness.backends import Backend, plays_traces, resolve_backend
 from harness.errors import ClusterError, ConfigError
 from harness.federated.settings import Settings
 from harness.onpolicy.setup import OnPolicyPlan
@@ -131,6 +134,9 @@ def build_plan(cfg: Any) -> RunPlan:
         from harness.cluster.launch import check_roles
 
         check_roles(_specs(roles), ENTRIES[kind.value], backend)     # names, devices, loss vs backend
+        if not plays_traces(backend) and any(r.up.trace or r.down.trace for r in roles):
+            raise ConfigError(f"net.trace: link traces are replayed on the tc/netem (kernel) and model backends, "
+                              f"not userspace ({why}); use net.backend=model or run as root")
     except ClusterError as err:
         raise ConfigError(str(err)) from None
     return RunPlan(kind=kind, method=str(plain["method"]["name"]), backend=Backend(backend),
@@ -173,10 +179,16 @@ def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind) -> None:
         build_federated(task, tokenizer, int(cfg["federated"]["clients"]), int(cfg["seed"]))   # data split
 
 
-def _link(node: Mapping[str, Any], rate: Any, prefix: str) -> LinkSpec:
+def _link(node: Mapping[str, Any], rate: Any, prefix: str, side: str) -> LinkSpec:
+    from netem.trace import traced
+
+    from harness.validate import trace_of
+
+    key = f"{prefix}.trace" + ("" if isinstance(node.get("trace"), str) else f".{side}")
     try:
-        return LinkSpec.parse(rate=rate, delay=node["delay"], jitter=node["jitter"], loss=node["loss"],
+        spec = LinkSpec.parse(rate=rate, delay=node["delay"], jitter=node["jitter"], loss=node["loss"],
                               queue=node["queue"], prefix=prefix)
+        return traced(spec, trace_of(node.get("trace"), side), key)
     except LinkSpecError as err:
         raise ConfigError(str(err)) from None
 
@@ -200,12 +212,12 @@ def _roles(cfg: Mapping[str, Any], kind: MethodKind, onpolicy: OnPolicyPlan | No
         expendable = federated.drop_policy == "continue"
     roles = [RolePlan(hub, 0, hub_link, hub_link, device, seed, lora[0])]
     for k in range(count):
-        spec = {key: net[key] for key in ("rate", "up", "down", "delay", "jitter", "loss", "queue")}
+        spec = {key: net.get(key) for key in ("rate", "up", "down", "delay", "jitter", "loss", "queue", "trace")}
         if net["nodes"]:
             spec.update(dict(net["nodes"][k % len(net["nodes"])]))
         prefix = f"net.nodes[{k}]"
-        roles.append(RolePlan(f"{node}{k}", k + 1, _link(spec, spec["up"] or spec["rate"], prefix),
-                              _link(spec, spec["down"] or spec["rate"], prefix), device, seed, lora[k + 1],
+        roles.append(RolePlan(f"{node}{k}", k + 1, _link(spec, spec["up"] or spec["rate"], prefix, "up"),
+                              _link(spec, spec["down"] or spec["rate"], prefix, "down"), device, seed, lora[k + 1],
                               expendable))
     return tuple(roles)
 
@@ -213,13 +225,18 @@ def _roles(cfg: Mapping[str, Any], kind: MethodKind, onpolicy: OnPolicyPlan | No
 def _row_keys(cfg: Mapping[str, Any], roles: tuple[RolePlan, ...], onpolicy: OnPolicyPlan | None,
               backend: str) -> dict[str, Any]:
     """Row keys read from the plan (not re-parsed from net.*); see the module docstring."""
+    from netem.trace import load
+
     link = roles[1].down if len(roles) > 1 and roles[1].down.rate_bps else roles[0].up
     comp = onpolicy.compressor if onpolicy is not None else None
+    traces = sorted({Path(p).stem for r in roles for p in (r.up.trace, r.down.trace) if p})
+    rate_bps = load(link.trace).mean_rate_bps() if link.trace else link.rate_bps
     return {
         "method": str(cfg["method"]["name"]), "compressor": comp.name if comp else "none",
         "task": str(cfg["task"]["name"]), "seed": int(cfg["seed"]), "backend": backend,
-        "rate_mbit": link.rate_bps / 1e6 if link.rate_bps else float("nan"),
+        "rate_mbit": rate_bps / 1e6 if rate_bps else float("nan"),
         "delay_ms": (roles[1].down.delay_s if len(roles) > 1 else 0.0) * 1e3,
         "rank": onpolicy.training_rank if onpolicy else int(cfg["method"].get("rank") or cfg["model"]["rank"]),
         "budget_frac": float(comp.budget) if comp and comp.budget else float("nan"),
+        **({"trace": "+".join(traces)} if traces else {}),
     }

@@ -22,6 +22,8 @@ import pandas as pd
 KEY_COLUMNS = ["run_id", "scenario", "variant", "method", "compressor", "task", "seed",
                "backend", "rate_mbit", "delay_ms", "rank", "budget_frac", "role", "step"]
 
+EXTRA_KEYS = ("trace",)      # run keys present only when used (trace: the link traces' names)
+
 STATUSES = ("running", "ok", "failed", "interrupted")
 
 
@@ -49,6 +51,7 @@ class Recorder:
     def __init__(self, run_dir: Path | str, keys: dict[str, Any], role: str, flush_every: int = 1):
         self.dir = Path(run_dir) / "rows"
         self.keys = {k: keys.get(k) for k in KEY_COLUMNS if k not in ("role", "step")}
+        self.keys.update({k: keys[k] for k in EXTRA_KEYS if k in keys})
         self.role = role
         self.flush_every = max(1, int(flush_every))
         self._pending: list[dict[str, Any]] = []

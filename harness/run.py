@@ -255,6 +255,8 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
         status, reason = result.status, result.reason
         extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or meta["capabilities"],
                  "dropped": result.dropped}
+        if result.topology.get("replay"):   # link traces on a kernel backend: t0, changes, how late
+            extra["trace_replay"] = result.topology["replay"]
     except KeyboardInterrupt:
         status, reason, extra = "interrupted", "KeyboardInterrupt", {}
     except Exception as err:  # recorded, not lost: the run is marked failed with the reason

@@ -13,14 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.backends import BACKENDS, KERNEL_BACKENDS, QDISC
+from harness.backends import BACKENDS, KERNEL_BACKENDS, QDISC, plays_traces
 from harness.errors import ConfigError
 from harness.paths import scenario_names
 
 CONF = Path(__file__).parent / "conf"
 GROUPS = ("net", "model", "task", "compressor", "method")
 WIRE_DTYPES = ("bf16", "fp16", "int8", "fp32")
-NODE_KEYS = ("rate", "up", "down", "delay", "jitter", "loss", "queue")
+NODE_KEYS = ("rate", "up", "down", "delay", "jitter", "loss", "queue", "trace")
 ONPOLICY_TASKS = ("distill", "reward")
 
 
@@ -68,6 +68,38 @@ def _check_link(key: str, node: dict) -> None:
                 raise ConfigError(str(err)) from None
 
 
+def trace_of(value: Any, side: str) -> str | None:
+    """The trace one direction ('up' or 'down') gets from a ``trace`` value (a name for both, or {up, down})."""
+    if value is None or isinstance(value, str):
+        return value or None
+    return dict(value).get(side)
+
+
+def _check_trace(key: str, value: Any, backend: str) -> None:
+    """A trace value names readable, well-formed traces, on a backend that can play them."""
+    from netem.trace import TraceError, load
+
+    if value is None or value == "":
+        return
+    if not isinstance(value, str):
+        try:
+            sides = dict(value)
+        except (TypeError, ValueError):
+            sides = None
+        if sides is None or set(sides) - {"up", "down"}:
+            raise ConfigError(f"{key}: {value!r} is not a trace; use a file path or shipped name (both directions) "
+                              "or a mapping {up: ..., down: ...}")
+    if not plays_traces(backend):
+        raise _allowed(f"net.backend (with {key} set)", backend, [b for b in BACKENDS if plays_traces(b)])
+    for side in ("up", "down"):
+        name = trace_of(value, side)
+        if name is not None:
+            try:
+                load(str(name), key if isinstance(value, str) else f"{key}.{side}")
+            except TraceError as err:
+                raise ConfigError(str(err)) from None
+
+
 def _check_backend(net: Any) -> None:
     """The asked-for backend can run here, and can do every link (loss needs kernel netem).
 
@@ -80,8 +112,9 @@ def _check_backend(net: Any) -> None:
     if net.backend in KERNEL_BACKENDS and not may_admin_net():
         raise ConfigError(f"net.backend: {net.backend!r} needs root (CAP_NET_ADMIN) to create namespaces "
                           "and qdiscs; run as root or use net.backend=userspace (or auto)")
-    base = {k: net[k] for k in NODE_KEYS}
-    links = [(f"net.nodes[{i}]", {**base, **dict(node)}) for i, node in enumerate(net.nodes)] or [("net", base)]
+    base = {k: net[k] for k in NODE_KEYS if k != "trace"}
+    links = [(f"net.nodes[{i}]", {**base, **{k: v for k, v in dict(node).items() if k != "trace"}})
+             for i, node in enumerate(net.nodes)] or [("net", base)]
     lossy = [(key, link["loss"]) for key, link in links if parse_loss(link["loss"], f"{key}.loss") > 0]
     if not lossy and net.backend not in KERNEL_BACKENDS:
         return
@@ -116,6 +149,8 @@ def validate(cfg: Any) -> None:
             if k not in NODE_KEYS:
                 raise _allowed(f"net.nodes[{i}] key", k, NODE_KEYS)
         _check_link(f"net.nodes[{i}]", dict(node))
+        _check_trace(f"net.nodes[{i}].trace", node.get("trace"), net.backend)
+    _check_trace("net.trace", net.trace, net.backend)
     if not float(net.hang_timeout_s) > 0:
         raise ConfigError(f"net.hang_timeout_s: {net.hang_timeout_s!r} must be > 0 (seconds without progress "
                           "before a run is failed)")

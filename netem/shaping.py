@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from netem.spec import LinkSpec, LinkSpecError, format_rate, format_time
 
@@ -81,18 +81,47 @@ def check(spec: LinkSpec, backend: str, where: str = "link", field: Callable[[st
         raise LinkSpecError(field("loss"), f"{spec.loss * 100:g}%",
                             "cannot be emulated on the tc backend (kernel has no sch_netem and no "
                             "gact drop action); use loss 0% or a kernel with netem")
+    if backend == "tc" and spec.trace and peak_rate_bps(spec) > TBF_MAX_RATE_BPS:
+        raise LinkSpecError(field("trace"), spec.trace, f"peaks at {format_rate(peak_rate_bps(spec))}, above "
+                            f"tbf's limit of {format_rate(TBF_MAX_RATE_BPS)}")
     if backend == "tc" and spec.rate_bps is not None and spec.rate_bps > TBF_MAX_RATE_BPS:
         raise LinkSpecError(field("rate"), format_rate(spec.rate_bps),
                             f"is above tbf's limit; use at most {format_rate(TBF_MAX_RATE_BPS)} or none")
 
 
+def peak_rate_bps(spec: LinkSpec) -> float | None:
+    """The highest rate this direction will be set to (a traced one's peak): what queues are sized for."""
+    if not spec.trace:
+        return spec.rate_bps
+    from netem.trace import load
+
+    return max(load(spec.trace).max_rate_bps, spec.rate_bps or 0.0)
+
+
+def retune(qdisc: Qdisc, rate_bps: float, delay_s: float | None = None) -> Qdisc:
+    """The same root qdisc at another rate (netem: and delay), for `tc change`; burst follows the
+    rate, the queue stays as planned (sized for the trace's peak, so a rate drop never drops packets
+    already queued). tbf refills its bucket on every change (tbf_change), so each change may let one
+    bucket (BURST_S of traffic) through early."""
+    options = {**qdisc.options, "rate": f"{int(round(rate_bps))}bit"}
+    if qdisc.kind == "tbf":
+        options["burst"] = tbf_burst_bytes(rate_bps)
+    if qdisc.kind == "netem" and delay_s is not None:
+        options["delay"] = int(round(delay_s * 1e6))
+    return Qdisc(qdisc.kind, options)
+
+
 def plan(spec: LinkSpec, backend: str, where: str = "link") -> list[Qdisc]:
-    """The root qdisc(s) for one direction; [] when the direction is left unshaped."""
+    """The root qdisc(s) for one direction; [] when the direction is left unshaped.
+
+    A traced direction starts at spec.rate_bps (the trace's first rate) with its queue sized
+    for the trace's peak rate; netem.replay changes the rate on schedule."""
     check(spec, backend, where)
+    peak = peak_rate_bps(spec)
     if backend == "netem":
         if not spec.shaped and spec.queue_bytes is None:
             return []
-        options: dict = {"handle": "1:", "limit": netem_limit_packets(spec)}
+        options: dict = {"handle": "1:", "limit": netem_limit_packets(replace(spec, rate_bps=peak))}
         if spec.delay_s:
             options["delay"] = int(round(spec.delay_s * 1e6))          # microseconds
         if spec.jitter_s:
@@ -108,14 +137,15 @@ def plan(spec: LinkSpec, backend: str, where: str = "link") -> list[Qdisc]:
         "handle": "1:",
         "rate": f"{int(round(spec.rate_bps))}bit",
         "burst": tbf_burst_bytes(spec.rate_bps),
-        "limit": tbf_limit_bytes(spec.rate_bps, spec.queue_bytes),
+        "limit": tbf_limit_bytes(peak, spec.queue_bytes),
     })]
 
 
-def apply(ipr, index: int, qdiscs: list[Qdisc]) -> None:
-    """Install `qdiscs` as the root of interface `index` through the pyroute2 handle `ipr`."""
+def apply(ipr, index: int, qdiscs: list[Qdisc], command: str = "replace") -> None:
+    """Install `qdiscs` as the root of interface `index` through the pyroute2 handle `ipr`
+    (command "change": alter the installed ones in place, e.g. a traced rate)."""
     for qdisc in qdiscs:
-        ipr.tc("replace", qdisc.kind, index=index, **qdisc.options)
+        ipr.tc(command, qdisc.kind, index=index, **qdisc.options)
 
 
 def summary(spec: LinkSpec, backend: str) -> str:

@@ -148,6 +148,8 @@ class LinkSpec:
     jitter_s: float = 0.0           # +- uniform-ish spread around delay_s (netem semantics)
     loss: float = 0.0               # probability that a packet is dropped
     queue_bytes: int | None = None  # qdisc queue; None: sized from rate and delay
+    trace: str | None = None        # path of a rate trace replayed on this direction (netem/trace.py);
+                                    # rate_bps is then the trace's first rate (what is installed first)
 
     @classmethod
     def parse(cls, rate=None, delay=None, jitter=None, loss=None, queue=None, prefix: str = "net") -> "LinkSpec":
@@ -164,7 +166,7 @@ class LinkSpec:
     @property
     def shaped(self) -> bool:
         """True when anything at all is applied to this direction."""
-        return bool(self.rate_bps is not None or self.delay_s or self.jitter_s or self.loss)
+        return bool(self.rate_bps is not None or self.delay_s or self.jitter_s or self.loss or self.trace)
 
     def ideal_s(self, nbytes: int) -> float:
         """Ideal one-way time of `nbytes` (seconds): delay + nbytes*8/rate (no transfer term when unshaped)."""
@@ -182,4 +184,6 @@ class LinkSpec:
             parts.append(f"loss {self.loss * 100:g}%")
         if self.queue_bytes is not None:
             parts.append(f"queue {self.queue_bytes}b")
+        if self.trace:
+            parts.append(f"trace {self.trace.rsplit('/', 1)[-1]}")
         return " ".join(parts) or "unshaped"

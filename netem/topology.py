@@ -18,12 +18,14 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 
 from netem import caps as caps_mod
 from netem.cleanup import clean, remove_namespaces
 from netem.counters import Counters, read
 from netem.names import PERSISTENT_OWNER, allocate_prefix, parse, subnet_of
+from netem.replay import Target, TraceReplay
 from netem.shaping import Qdisc, apply, plan
 from netem.spec import LinkSpec
 
@@ -95,6 +97,8 @@ class StarTopology:
         self._owner_pid = os.getpid()
         self._closed = False
         self._lock = threading.RLock()
+        self.t0 = 0.0                     # wall clock when the links came up: traces play from here
+        self.replay: TraceReplay | None = None
 
     # ---- build -----------------------------------------------------------------------------
     def __enter__(self) -> "StarTopology":
@@ -105,6 +109,7 @@ class StarTopology:
         _register(self)
         try:
             self._build(plans)
+            self._start_replay(plans)
         except BaseException:
             self.close()
             raise
@@ -161,6 +166,20 @@ class StarTopology:
                     node.link("set", index=index, state="up")
                 self.nodes[spec.name] = Node(spec.name, i, ns, NODE_IFNAME, addr)
 
+    def _start_replay(self, plans: dict[str, tuple[list[Qdisc], list[Qdisc]]]) -> None:
+        """Set t0 and start changing the traced directions' qdiscs (netem/replay.py), if any."""
+        self.t0 = time.time()
+        targets = []
+        for spec in self.specs:
+            node = self.nodes[spec.name]
+            for side, link, netns, ifname, qdiscs in (
+                    ("up", spec.up, node.netns, NODE_IFNAME, plans[spec.name][0]),
+                    ("down", spec.down, f"{self.prefix}-sw", f"p{node.index}", plans[spec.name][1])):
+                if link.trace and qdiscs:
+                    targets.append(Target(f"{spec.name}.{side}", netns, ifname, qdiscs[0], link.trace))
+        if targets:
+            self.replay = TraceReplay(targets, self.t0).start()
+
     def _check_open(self) -> None:
         if self._closed:   # a signal handler tore us down while building
             raise TopologyError("topology was closed while it was being built (signal?)")
@@ -202,7 +221,8 @@ class StarTopology:
         """Plain-dict summary (for run.json and `netem up --json`)."""
         return {
             "prefix": self.prefix, "backend": self.backend, "subnet": f"{self.subnet}.0/24",
-            "transport_delay": self.transport_delay, "switch": f"{self.prefix}-sw",
+            "transport_delay": self.transport_delay, "switch": f"{self.prefix}-sw", "t0": self.t0,
+            "replay": self.replay.describe() if self.replay else None,
             "nodes": [{"name": n.name, "netns": n.netns, "ifname": n.ifname, "addr": n.addr,
                        "up": self.node_spec(n.name).up.describe(),
                        "down": self.node_spec(n.name).down.describe()} for n in self.nodes.values()],
@@ -222,6 +242,8 @@ class StarTopology:
                 return
             self._closed = True
             try:
+                if self.replay is not None:
+                    self.replay.stop()
                 remove_namespaces(list(reversed(self._created)))
             finally:
                 _unregister(self)

@@ -137,7 +137,8 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
         stack.callback(_restore_signals, _install_signals())
         try:
             places = _places(roles, resolved, stack, result)
-            payload_path = _write_payload(run_dir, roles, entry, payload, resolved, places, hang_timeout_s)
+            payload_path = _write_payload(run_dir, roles, entry, payload, resolved, places, hang_timeout_s,
+                                          result.topology.get("t0") or time.time())
             env = _base_env(len(roles), places[0]["addr"], _master_port(resolved))
             forking = how == "fork" and _may_fork(entry)
             for rank, (role, place) in enumerate(zip(roles, places)):
@@ -183,18 +184,23 @@ def _places(roles: list[RoleSpec], backend: str, stack: ExitStack, result: Clust
         raise ClusterError(str(err)) from err
     result.topology = topology.describe()
     result.qdiscs = topology.qdisc_show()
+    if topology.replay is not None:       # runs before the topology closes: the replay's final account
+        stack.callback(lambda: result.topology.update(replay=topology.replay.describe()))
     return [{"prefix": topology.exec_prefix(r.name), "ifname": topology.nodes[r.name].ifname,
              "addr": topology.nodes[r.name].addr, "netns": topology.nodes[r.name].netns} for r in roles]
 
 
 def _write_payload(run_dir: Path, roles: list[RoleSpec], entry: str, payload: dict, backend: str,
-                   places: list[dict], hang_timeout_s: float) -> Path:
+                   places: list[dict], hang_timeout_s: float, trace_t0: float) -> Path:
+    """``trace_t0``: when link traces start (wall clock): the topology's t0 on kernel backends (the
+    replay thread's clock), the payload's writing elsewhere (the model integrates from there)."""
     cfg = payload.get("cfg", payload) if isinstance(payload, dict) else {}
     spec = {
         "entry": entry, "backend": backend, "run_dir": str(run_dir), "payload": payload,
         "seed": int(cfg.get("seed", 0) or 0) if isinstance(cfg, dict) else 0,
         "wait_s": float(hang_timeout_s) + WAIT_MARGIN_S,
         "links": LinkTable(tuple(r.up for r in roles), tuple(r.down for r in roles)).to_json(),
+        "trace_t0": trace_t0,
         "roles": [{"name": r.name, "device": r.device, "netns": p["netns"], "ifname": p["ifname"] if p["netns"] else None,
                    "addr": p["addr"], "expendable": bool(r.expendable and i > 0)}
                   for i, (r, p) in enumerate(zip(roles, places))],

@@ -160,7 +160,8 @@ def run(payload_path: Path, rank: int) -> int:
                       channel=None, run_dir=run_dir, recorder=Recorder(run_dir, keys, me["name"]),
                       backend=spec["backend"], names=[r["name"] for r in spec["roles"]],
                       netns=me.get("netns"), ifname=me.get("ifname"), plan=payload.get("plan"), _beat=beat)
-    ctx.channel = Channel(rank, world_size, LinkTable.from_json(spec["links"]), spec["backend"],
+    links = LinkTable.from_json(spec["links"], t0=float(spec.get("trace_t0") or 0.0))
+    ctx.channel = Channel(rank, world_size, links, spec["backend"],
                           seed=int(spec.get("seed", 0)), wait_s=wait_s, on_progress=ctx.progress)
     load_entry(spec["entry"])(ctx)
     ctx.recorder.close()

@@ -31,7 +31,9 @@ class NetConfig:
     up: Optional[str] = None         # uplink (node -> hub) rate override for every node
     down: Optional[str] = None       # downlink (hub -> node) rate override for every node
     hub: Optional[str] = None        # the hub's own link, both directions; None: unshaped
-    nodes: List[Dict[str, Any]] = field(default_factory=list)  # per-node overrides: [{rate, up, down, delay, jitter, loss}]
+    trace: Optional[Any] = None      # rate trace for every node: a path or shipped name (both directions) or
+                                     # {up: ..., down: ...}; replayed on tc/netem, integrated on model (docs/netem.md)
+    nodes: List[Dict[str, Any]] = field(default_factory=list)  # per-node overrides: [{rate, up, down, delay, jitter, loss, trace}]
     hang_timeout_s: float = 180.0    # no progress for this long -> run failed
 
 

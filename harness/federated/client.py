@@ -45,6 +45,7 @@ from harness.federated.flops import Flops, batch_tokens, observe, step_flops
 from harness.federated.messages import DownMsg, UpMsg
 from harness.federated.methods import fresh_basis
 from harness.federated.party import Bases, Party, apply_merge, sync_device, weight_of
+from harness.wire.transport import trace_rate_columns
 
 
 @contextmanager
@@ -80,7 +81,8 @@ def link_columns(ctx: Any, rank: int) -> dict[str, float]:
         return {}
 
     def mbit(spec: Any) -> float:
-        return spec.rate_bps / 1e6 if spec.rate_bps is not None else math.nan
+        rate = links.nominal_rate_bps(spec)         # a traced link: the trace's mean rate
+        return rate / 1e6 if rate is not None else math.nan
 
     up, down = links.up[rank], links.down[rank]
     return {"rate_mbit": mbit(down), "delay_ms": down.delay_s * 1e3, "up_rate_mbit": mbit(up),
@@ -242,6 +244,6 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
                                      "flops_input_grad", "flops_weight_grad")}, **links,
             payload_bytes_down=len(data), payload_bytes_up=len(payload), tensor_bytes_up=up.tensor_bytes,
             wire_bytes_down=after.rx_bytes - before.rx_bytes, in_sync=in_sync, merges=client.merged,
-            period=msg.down.period)
+            period=msg.down.period, **trace_rate_columns(ctx.channel, down=[down_tr], up=[send_tr]))
     data, _ = ctx.channel.recv(0, tag="fed/end")
     finish(DownMsg.from_bytes(data, names), ctx.wire())

@@ -79,6 +79,7 @@ from harness.onpolicy.mismatch import policy_kl, swapped
 from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan
 from harness.seeds import derive
 from harness.tasks.cache import ensure_pretrained
+from harness.wire.transport import trace_rate_columns
 
 # Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
 # of a role's start-up is importing these.
@@ -287,6 +288,7 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pendin
         apply_s=max(a["apply_s"] for a in acks.values()), ack_s=max(t.seconds for t in ack_transfers),
         update_wall_s=t3 - t0,
         ideal_up_s=max(t.ideal_s for t in ups), ideal_down_s=max(t.ideal_s for t in downs),
+        **trace_rate_columns(ch, up=ups, down=downs),
         payload_bytes_up=sum(map(len, parts.values())) + sum(t.nbytes for t in ack_transfers),
         payload_bytes_down=len(message) * len(acks) + verdict_bytes,
         update_bytes=len(update.payload), wire_bytes_down=tx, wire_bytes_up=rx,

@@ -11,6 +11,11 @@ The ideal time of concurrent transfers (a broadcast, a gather) is a fluid model 
 max-min fair sharing of every direction of every link (what TCP flows sharing a shaped
 link get, minus TCP's own overhead), plus the path delay. It is the denominator of wire
 efficiency and the whole clock of the ``model`` backend.
+
+A direction with a trace (``LinkSpec.trace``, netem/trace.py) has the trace's rate (and,
+with a delay column, its delay) at time ``at - t0``, where ``t0`` is the wall-clock instant
+the traces started (StarTopology.t0 on kernel backends, the launch on the others); the
+fluid model then integrates the schedule: rates are re-read at every step boundary.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 
 from harness.seeds import derive
 from netem.spec import LinkSpec
+from netem.trace import Trace, load
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class LinkTable:
 
     up: tuple[LinkSpec, ...]
     down: tuple[LinkSpec, ...]
+    t0: float = 0.0               # wall clock (s since the epoch) at which every trace started
 
     def __post_init__(self) -> None:
         if len(self.up) != len(self.down):
@@ -52,44 +59,97 @@ class LinkTable:
     def world_size(self) -> int:
         return len(self.up)
 
-    def path_rate_bps(self, src: int, dst: int) -> float | None:
-        """Bottleneck rate of src -> dst in bits/s, None when neither direction is shaped."""
-        rates = [r for r in (self.up[src].rate_bps, self.down[dst].rate_bps) if r is not None]
+    @property
+    def traced(self) -> bool:
+        return any(s.trace for s in (*self.up, *self.down))
+
+    def _trace(self, spec: LinkSpec) -> Trace | None:
+        return load(spec.trace) if spec.trace else None
+
+    def rate_bps(self, spec: LinkSpec, at: float | None = None) -> float | None:
+        """Rate of one direction (bits/s) at wall-clock time ``at`` (None: t0), None when unshaped."""
+        trace = self._trace(spec)
+        return spec.rate_bps if trace is None else trace.rate_at((self.t0 if at is None else at) - self.t0)
+
+    def nominal_rate_bps(self, spec: LinkSpec) -> float | None:
+        """The rate a row names for one direction: a trace's time-mean over one period, else rate_bps."""
+        trace = self._trace(spec)
+        return spec.rate_bps if trace is None else trace.mean_rate_bps()
+
+    def _delay_s(self, spec: LinkSpec, at: float | None) -> float:
+        trace = self._trace(spec)
+        traced = None if trace is None else trace.delay_at((self.t0 if at is None else at) - self.t0)
+        return spec.delay_s if traced is None else traced
+
+    def path_rate_bps(self, src: int, dst: int, at: float | None = None) -> float | None:
+        """Bottleneck rate of src -> dst in bits/s at ``at``, None when neither direction is shaped."""
+        rates = [r for r in (self.rate_bps(self.up[src], at), self.rate_bps(self.down[dst], at)) if r is not None]
         return min(rates) if rates else None
 
-    def path_delay_s(self, src: int, dst: int) -> float:
-        """Nominal one-way delay of src -> dst (seconds)."""
-        return self.up[src].delay_s + self.down[dst].delay_s
+    def slowest_rate_bps(self, src: int, dst: int) -> float | None:
+        """The lowest bottleneck rate src -> dst ever has (a trace's slowest step), None when unshaped."""
+        rates = [min(self._trace(s).rates_bps) if s.trace else s.rate_bps for s in (self.up[src], self.down[dst])]
+        return min((r for r in rates if r is not None), default=None)
 
-    def ideal_s(self, flows: list[Flow]) -> list[float]:
-        """Ideal completion time of each flow (seconds since their common start), fluid model.
+    def path_delay_s(self, src: int, dst: int, at: float | None = None) -> float:
+        """Nominal one-way delay of src -> dst (seconds) at ``at`` (a trace's delay column wins)."""
+        return self._delay_s(self.up[src], at) + self._delay_s(self.down[dst], at)
+
+    def mean_rate_bps(self, src: int, dst: int, start: float, end: float) -> float | None:
+        """Time-mean bottleneck rate of src -> dst over wall-clock [start, end] (bits/s)."""
+        specs = (self.up[src], self.down[dst])
+        if not any(s.trace for s in specs) or end <= start:
+            return self.path_rate_bps(src, dst, start)
+        bits, t = 0.0, start
+        while t < end:
+            edges = [self._trace(s).next_change_s(t - self.t0) + self.t0 for s in specs if s.trace]
+            stop = min([end, *edges])
+            bits += (self.path_rate_bps(src, dst, t) or math.inf) * (stop - t)
+            t = stop
+        return bits / (end - start)
+
+    def _next_change(self, at: float) -> float:
+        """The first wall-clock instant after ``at`` at which a traced direction changes (inf: none)."""
+        return min((self._trace(s).next_change_s(at - self.t0) + self.t0 for s in (*self.up, *self.down)
+                    if s.trace), default=math.inf)
+
+    def ideal_s(self, flows: list[Flow], at: float | None = None) -> list[float]:
+        """Ideal completion time of each flow (seconds since their common start ``at``, wall clock;
+        None: t0), fluid model.
 
         Every direction of every link is shared max-min fairly among the flows crossing it;
         a flow's time is its path delay plus the time its last byte leaves the bottleneck.
-        A single flow gets ``delay + nbytes*8/bottleneck_rate``.
+        A single flow on untraced links gets ``delay + nbytes*8/bottleneck_rate``; on traced
+        links the rates are re-read at each step boundary (the schedule is integrated).
         """
-        capacity: dict[tuple[str, int], float] = {}
-        for d in range(self.world_size):
-            for side, spec in (("up", self.up[d]), ("down", self.down[d])):
-                capacity[(side, d)] = math.inf if spec.rate_bps is None else spec.rate_bps / 8.0
+        start = self.t0 if at is None else at
         paths = [[("up", f.src), ("down", f.dst)] for f in flows]
         left = [float(f.nbytes) for f in flows]
         done = [0.0 if f.nbytes == 0 else math.nan for f in flows]
         now = 0.0
         active = {i for i, f in enumerate(flows) if f.nbytes > 0}
         while active:
+            capacity: dict[tuple[str, int], float] = {}
+            for d in range(self.world_size):
+                for side, spec in (("up", self.up[d]), ("down", self.down[d])):
+                    rate = self.rate_bps(spec, start + now)
+                    capacity[(side, d)] = math.inf if rate is None else rate / 8.0
             rate = _max_min_rates(active, paths, capacity)
             finite = [left[i] / rate[i] for i in active if not math.isinf(rate[i])]
             step = min(finite) if finite else 0.0          # unshaped flows finish at once
+            edge = self._next_change(start + now)
+            if edge - start - now <= 1e-12:                # on a boundary (float): the next one
+                edge = self._next_change(start + now + 1e-9)
+            step = min(step, edge - start - now)
             now += step
             for i in list(active):
                 left[i] = 0.0 if math.isinf(rate[i]) else left[i] - rate[i] * step
                 if left[i] <= 1e-9 * flows[i].nbytes:
                     done[i] = now
                     active.discard(i)
-        return [done[i] + self.path_delay_s(f.src, f.dst) for i, f in enumerate(flows)]
+        return [done[i] + self.path_delay_s(f.src, f.dst, start) for i, f in enumerate(flows)]
 
-    def delay_sample_s(self, seed: int, src: int, dst: int, index: int) -> float:
+    def delay_sample_s(self, seed: int, src: int, dst: int, index: int, at: float | None = None) -> float:
         """One-way delay of message number ``index`` on src -> dst, jitter included (seconds).
 
         Jitter is uniform in +-jitter per direction (netem's default distribution), drawn
@@ -97,7 +157,7 @@ class LinkTable:
         delays. Never negative.
         """
         up, down = self.up[src], self.down[dst]
-        delay = up.delay_s + down.delay_s
+        delay = self.path_delay_s(src, dst, at)
         if up.jitter_s or down.jitter_s:
             rng = random.Random(derive("delay", seed, src, dst, index))
             delay += rng.uniform(-up.jitter_s, up.jitter_s) + rng.uniform(-down.jitter_s, down.jitter_s)
@@ -107,8 +167,9 @@ class LinkTable:
         return [{"up": vars(u), "down": vars(d)} for u, d in zip(self.up, self.down)]
 
     @classmethod
-    def from_json(cls, rows: list[dict]) -> "LinkTable":
-        return cls(up=tuple(LinkSpec(**r["up"]) for r in rows), down=tuple(LinkSpec(**r["down"]) for r in rows))
+    def from_json(cls, rows: list[dict], t0: float = 0.0) -> "LinkTable":
+        return cls(up=tuple(LinkSpec(**r["up"]) for r in rows), down=tuple(LinkSpec(**r["down"]) for r in rows),
+                   t0=float(t0))
 
 
 def _max_min_rates(active: set[int], paths: list[list[tuple[str, int]]],

@@ -78,6 +78,7 @@ class Transfer:
     nbytes: int
     seconds: float
     ideal_s: float
+    rate_bps: float | None = None    # mean bottleneck rate of the path over the transfer (a trace's rate in force)
 
 
 class GlooWire:
@@ -141,7 +142,7 @@ class Channel:
     def send(self, dst: int, data: bytes, tag: str) -> Transfer:
         """Send ``data`` to ``dst``; returns the sender's Transfer."""
         self._check_peer(dst)
-        ideal = self.links.ideal_s([Flow(self.rank, dst, len(data))])[0]
+        ideal = self.links.ideal_s([Flow(self.rank, dst, len(data))], at=time.time())[0]
         transfer = self._send_one(dst, _as_tensor(data), tag, ideal)
         self.transfers.append(transfer)
         return transfer
@@ -159,7 +160,7 @@ class Channel:
             if data is None:
                 raise ValueError("broadcast: the hub must pass the bytes to send, got None")
             tensor = _as_tensor(data)
-            ideals = self.links.ideal_s([Flow(self.hub, r, len(data)) for r in self.nodes])
+            ideals = self.links.ideal_s([Flow(self.hub, r, len(data)) for r in self.nodes], at=time.time())
             jobs = [(lambda r=r, i=i: self._send_one(r, tensor, tag, i)) for r, i in zip(self.nodes, ideals)]
             transfers = self._concurrent(jobs)
             self.transfers.extend(transfers)
@@ -174,7 +175,7 @@ class Channel:
             if data is None or set(data) - {self.hub} != set(self.nodes):
                 have = sorted(data) if data is not None else None
                 raise ValueError(f"scatter: the hub must pass one payload per node rank {self.nodes}, got {have}")
-            ideals = self.links.ideal_s([Flow(self.hub, r, len(data[r])) for r in self.nodes])
+            ideals = self.links.ideal_s([Flow(self.hub, r, len(data[r])) for r in self.nodes], at=time.time())
             jobs = [(lambda r=r, i=i: self._send_one(r, _as_tensor(data[r]), tag, i))
                     for r, i in zip(self.nodes, ideals)]
             transfers = self._concurrent(jobs)
@@ -195,10 +196,11 @@ class Channel:
                 raise ValueError("gather: a node must pass the bytes to send, got None")
             transfer = self.send(self.hub, data, tag)
             return None, [transfer]
+        posted = time.time()
         jobs = [(lambda r=r: self._recv_one(r, tag)) for r in self.nodes]
         results = self._concurrent(jobs)
         flows = [Flow(r, self.hub, len(d)) for r, (d, _) in zip(self.nodes, results)]
-        transfers = [self._reideal(t, i) for (_, t), i in zip(results, self.links.ideal_s(flows))]
+        transfers = [self._reideal(t, i) for (_, t), i in zip(results, self.links.ideal_s(flows, at=posted))]
         self.transfers.extend(transfers)
         gathered = {r: d for r, (d, _) in zip(self.nodes, results)}
         if data is not None:
@@ -231,7 +233,8 @@ class Channel:
                        f"sending {nbytes} bytes (#{index}) to rank {dst}")
         seconds = ideal_s if self.backend == "model" else time.time() - start
         self._on_progress()
-        return Transfer(tag, self.rank, dst, nbytes, seconds, ideal_s)
+        return Transfer(tag, self.rank, dst, nbytes, seconds, ideal_s,
+                        self.links.mean_rate_bps(self.rank, dst, start, start + seconds))
 
     def _recv_one(self, src: int, tag: str) -> tuple[bytes, Transfer]:
         posted = time.time()
@@ -258,16 +261,21 @@ class Channel:
             self._wait(self._wire.irecv(piece, src), deadline - time.monotonic(),
                        f"receiving {nbytes} bytes (#{index}) from rank {src}")
         arrived = time.time()
-        delay = self.links.delay_sample_s(self.seed, src, self.rank, index)
+        sent = sent_ns / 1e9
         ideal_s = ideal_ns / 1e9
-        if self.backend == "model":
-            seconds = ideal_s + delay - self.links.path_delay_s(src, self.rank)
-        else:
+        if self.backend == "model":                 # delays as of the send (the model's clock)
+            delay = self.links.delay_sample_s(self.seed, src, self.rank, index, at=sent)
+            seconds = ideal_s + delay - self.links.path_delay_s(src, self.rank, at=sent)
+            began = sent
+        else:                                       # a trace's delay in force when the bytes arrived
+            delay = self.links.delay_sample_s(self.seed, src, self.rank, index, at=arrived)
             if self._delay and delay > 0:
                 time.sleep(max(0.0, arrived + delay - time.time()))
-            seconds = time.time() - max(posted, sent_ns / 1e9)
+            began = max(posted, sent)
+            seconds = time.time() - began
         self._on_progress()
-        return buffer.numpy().tobytes(), Transfer(tag, src, self.rank, nbytes, seconds, ideal_s)
+        return buffer.numpy().tobytes(), Transfer(tag, src, self.rank, nbytes, seconds, ideal_s,
+                                                  self.links.mean_rate_bps(src, self.rank, began, began + seconds))
 
     def _reideal(self, transfer: Transfer, ideal_s: float) -> Transfer:
         """Replace a transfer's ideal (and, on the model backend, its modelled seconds)."""
@@ -277,6 +285,8 @@ class Channel:
 
     def _payload_timeout_s(self, src: int, dst: int, nbytes: int) -> float:
         rate = self.links.path_rate_bps(src, dst)
+        if self.links.traced:                        # a traced path may fall to its slowest step
+            rate = self.links.slowest_rate_bps(src, dst)
         fair = nbytes * 8.0 / rate * max(1, self.world_size - 1) if rate else nbytes / 50e6
         return 30.0 + 4.0 * (fair + self.links.path_delay_s(src, dst) + 1.0)
 
@@ -323,3 +333,17 @@ def _as_tensor(data: bytes) -> torch.Tensor:
     if len(data) == 0:
         return torch.empty(0, dtype=torch.uint8)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def trace_rate_columns(channel, **groups: list[Transfer]) -> dict[str, float]:
+    """Row columns ``trace_rate_<group>_mbit``: the mean bottleneck rate in force during each group of
+    transfers (Mbit/s; the mean of their ``rate_bps``), for runs on traced links; {} otherwise, so
+    untraced rows keep their columns."""
+    links = getattr(channel, "links", None)
+    if links is None or not links.traced:
+        return {}
+    out = {}
+    for name, transfers in groups.items():
+        rates = [t.rate_bps for t in transfers if t.rate_bps]
+        out[f"trace_rate_{name}_mbit"] = sum(rates) / len(rates) / 1e6 if rates else float("nan")
+    return out
