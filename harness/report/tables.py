@@ -40,7 +40,7 @@ HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
               "baseline_dtype", "command"]
 SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
-SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "lr_rule", "resample_every",
+SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "optimizer", "lr_rule", "resample_every",
               "uplink_frac_vs_fedit",
               "compute_frac_vs_fedit", "compute_measure", "accuracy_gain_vs_fedit", "client_compute_isolated_s",
               "client_flops", "forward_s", "backward_s", "eval_loss", "seeds", "seed_list", "loaded_runs",
