@@ -116,6 +116,8 @@ class MethodConfig:
     lr_rule: str = "linear"          # spra: eta_k = eta_ref * f(r_k / r_ref): linear | sqrt | const
     resample_every: int = 5          # spra: T rounds between A resamples (0: never)
     a_variance: str = "rank"         # A_k = Z[:r_k] / sqrt(v): v = r_k ("rank") or r_ref ("ref"); ablation of SPRA's lr rule
+    prune_gamma: float = 1.0         # hetlora: rank decay factor of self-pruning, r <- floor(gamma r); lower => prunes faster; 1: never
+    prune_lambda: float = 0.0        # hetlora: weight of the tail penalty ||B_tail|| ||A_tail||; higher => tails shrink faster
 
 
 @dataclass

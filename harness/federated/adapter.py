@@ -102,6 +102,31 @@ class Adapter:
         """Z = A * sqrt(v) (r x d_in, float32)."""
         return (self.a(name).detach().to(torch.float64) * math.sqrt(self.var_rank(name))).float()
 
+    def resize(self, name: str, rank: int) -> None:
+        """Shrink target ``name``'s LoRA to its first ``rank`` components (HetLoRA's pruning).
+
+        The kept components' product is unchanged: C[:, :rank] and Z[:rank] are read before and
+        loaded after. The scale keeps its convention (alpha = r, scale 1, stays scale 1; a fixed
+        alpha gives alpha / rank). New parameters: the caller builds a fresh optimizer.
+        """
+        old = self.rank(name)
+        if not 1 <= rank <= old:
+            raise ValueError(f"resize {name}: rank {rank} outside 1..{old}")
+        if rank == old:
+            return
+        c, z = self.coeffs(name), self.basis(name)
+        layer = self.layers[name]
+        a_old, b_old = layer.lora_A["default"], layer.lora_B["default"]
+        scale = self.scale(name)
+        same_scale = float(layer.lora_alpha["default"]) == float(old)
+        layer.lora_A["default"] = nn.Linear(a_old.in_features, rank, bias=False).to(a_old.weight)
+        layer.lora_B["default"] = nn.Linear(rank, b_old.out_features, bias=False).to(b_old.weight)
+        layer.r["default"] = rank
+        if same_scale:
+            layer.lora_alpha["default"] = rank
+        layer.scaling["default"] = scale if same_scale else float(layer.lora_alpha["default"]) / rank
+        self.load(name, c, z)
+
     def freeze_a(self, frozen: bool) -> None:
         """Frozen A gets no gradient at all (requires_grad False: backward skips its matmul)."""
         for name in self.layers:

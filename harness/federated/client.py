@@ -27,7 +27,13 @@ server includes the queueing (the server's ``slowest_client_s`` = max over clien
 
 Links: every row carries this client's own link, ``up_rate_mbit``, ``down_rate_mbit``,
 ``up_delay_ms``, ``down_delay_ms``, and the key columns ``rate_mbit`` / ``delay_ms`` are its
-downlink's (not the config default); ``rank`` is its LoRA rank.
+downlink's (not the config default); ``rank`` is its configured LoRA rank.
+
+HetLoRA's rank self-pruning (pruning.py, ``Settings.self_prunes``): the local loss carries the
+tail penalty, and after the local steps the client prunes its rank when training shrank the
+tail. ``current_rank`` (row) is the rank it trained at this round, ``pruned_to`` the rank it
+uploads and keeps (equal unless it pruned), ``tail_before`` / ``tail_after`` the tail's update
+norm; other methods: current_rank = pruned_to = rank, tails NaN.
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ from typing import Any, Iterator
 import torch
 
 from harness import optim
+from harness.federated import pruning
 from harness.federated.flops import Flops, batch_tokens, observe, step_flops
 from harness.federated.messages import DownMsg, UpMsg
 from harness.federated.methods import fresh_basis
@@ -100,7 +107,8 @@ class Client:
     def __init__(self, party: Party, index: int, trains_a: bool) -> None:
         self.party, self.index, self.trains_a = party, index, trains_a
         self.s = party.settings
-        self.rank = self.s.ranks[index]
+        self.rank = self.s.ranks[index]        # configured
+        self.current = self.rank               # HetLoRA: lowered by self-pruning, kept for the rest of the run
         self.names = party.adapter.names
         self.bases = Bases(party.setup)
         self.merged = 0                        # base merges applied so far
@@ -123,12 +131,12 @@ class Client:
             total = ad.base_checksum(extra=z)
         else:
             z = down.z if down.basis == "given" else {
-                t.name: fresh_basis(self.s.seed, down.period, self.index, t, self.rank) for t in ad.targets}
+                t.name: fresh_basis(self.s.seed, down.period, self.index, t, self.current) for t in ad.targets}
             total = ad.base_checksum()
         for t in ad.targets:
             c = down.c.get(t.name)
             if c is None:                      # fresh LoRA: B = 0
-                c = torch.zeros(t.d_out, self.rank)
+                c = torch.zeros(t.d_out, self.current)
             ad.load(t.name, c, z[t.name])
         ad.freeze_a(not self.trains_a)
         return total, total == msg.expect
@@ -168,10 +176,11 @@ class Client:
                 self.shapes = shapes
             else:
                 loss = task.loss(model, batch)
+            objective = loss + self.penalty() if self.s.self_prunes else loss
             sync_device(party.device)
             t1 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            objective.backward()
             sync_device(party.device)
             t2 = time.perf_counter()
             opt.step()
@@ -183,6 +192,29 @@ class Client:
         return {"forward_s": fwd, "backward_s": bwd, "client_compute_s": time.perf_counter() - start,
                 "loss": sum(losses) / len(losses), "client_flops": flops.total, "flops_forward": flops.forward,
                 "flops_input_grad": flops.input_grad, "flops_weight_grad": flops.weight_grad}
+
+    # -- HetLoRA rank self-pruning (pruning.py) ---------------------------------------------
+    def keep(self) -> int:
+        return pruning.keep_rank(self.current, self.s.prune_gamma)
+
+    def penalty(self) -> Any:
+        """lambda * sum ||B_tail|| ||A_tail|| over the targets (the tail beyond keep())."""
+        ad = self.party.adapter
+        return self.s.prune_lambda * pruning.tail_penalty(((ad.b(n), ad.a(n)) for n in self.names), self.keep())
+
+    def tail(self) -> float:
+        ad = self.party.adapter
+        return pruning.tail_norm(((ad.coeffs(n), ad.basis(n)) for n in self.names), self.keep())
+
+    def prune(self, before: float, after: float) -> bool:
+        """Prune to keep() when local training shrank the tail; the adapter shrinks with it."""
+        keep = self.keep()
+        if not pruning.should_prune(self.current, keep, before, after):
+            return False
+        for n in self.names:
+            self.party.adapter.resize(n, keep)
+        self.current, self.shapes = keep, None      # shapes changed: FLOPs re-observed next step
+        return True
 
     def update(self, round_index: int, info: dict[str, Any]) -> UpMsg:
         ad = self.party.adapter
@@ -218,11 +250,11 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
 
     for t in range(s.rounds):
         ctx.heartbeat(t)
-        before = ctx.wire()
+        wire_before = ctx.wire()
         data, (down_tr,) = ctx.channel.scatter(None, tag=f"fed/down/{t}")
-        after = ctx.wire()
+        wire_after = ctx.wire()
         msg = DownMsg.from_bytes(data, names)
-        finish(msg, after)
+        finish(msg, wire_after)
         if not msg.selected:
             ctx.channel.gather(UpMsg(t, info={"idle": True}).to_bytes(names), tag=f"fed/up/{t}")
             continue
@@ -231,19 +263,25 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
             ctx.channel.gather(UpMsg(t, gone=True).to_bytes(names), tag=f"fed/up/{t}")
             return
         checksum, in_sync = client.catch_up(msg)
+        trained_at = client.current
+        before = client.tail() if s.self_prunes else math.nan
         stats = client.train(token)
+        after = client.tail() if s.self_prunes else math.nan
+        if s.self_prunes:
+            client.prune(before, after)
         up = client.update(t, {"examples": client.examples, "checksum": checksum, "in_sync": in_sync,
-                               "transfer_down_s": down_tr.seconds, **stats})
+                               "transfer_down_s": down_tr.seconds, "rank": client.current, **stats})
         payload = up.to_bytes(names)
         _, (send_tr,) = ctx.channel.gather(payload, tag=f"fed/up/{t}")
         pending.update(
-            _step=t + 1, _tx=after.tx_bytes, rank=client.rank, lr=stats["lr"], loss=stats["loss"],
+            _step=t + 1, _tx=wire_after.tx_bytes, rank=client.rank, current_rank=trained_at, pruned_to=client.current,
+            tail_before=before, tail_after=after, lr=stats["lr"], loss=stats["loss"],
             examples=client.examples, forward_s=stats["forward_s"], backward_s=stats["backward_s"],
             client_compute_s=stats["client_compute_s"], transfer_down_s=down_tr.seconds, send_s=send_tr.seconds,
             **{k: stats[k] for k in ("client_compute_isolated_s", "compute_wait_s", "client_flops", "flops_forward",
                                      "flops_input_grad", "flops_weight_grad")}, **links,
             payload_bytes_down=len(data), payload_bytes_up=len(payload), tensor_bytes_up=up.tensor_bytes,
-            wire_bytes_down=after.rx_bytes - before.rx_bytes, in_sync=in_sync, merges=client.merged,
+            wire_bytes_down=wire_after.rx_bytes - wire_before.rx_bytes, in_sync=in_sync, merges=client.merged,
             period=msg.down.period, **trace_rate_columns(ctx.channel, down=[down_tr], up=[send_tr]))
     data, _ = ctx.channel.recv(0, tag="fed/end")
     finish(DownMsg.from_bytes(data, names), ctx.wire())

@@ -120,11 +120,12 @@ class Basis(Method):
     def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.period = 0
+        self.ranks = list(setup.ranks)          # each client's current rank (HetLoRA's pruning lowers it)
         self.c = {t.name: torch.zeros(t.d_out, setup.r_max) for t in setup.targets}
         self.z = {t.name: draw(setup.seed, 0, t.name, setup.r_max, t.d_in) for t in setup.targets}
 
     def down(self, t: int, client: int) -> Down:
-        r = self.setup.ranks[client]
+        r = self.ranks[client]
         c = {n: v[:, :r].contiguous() for n, v in self.c.items()}
         if self.seeded_basis:
             return Down(c=c, basis="seed", period=self.period)
@@ -181,11 +182,13 @@ class FedIt(Basis):
 
 class HetLora(Basis):
     """HetLoRA (Cho et al. 2024): zero-pad to r_max, sparsity-weighted average (weights
-    ``||C_k Z_k||_F`` per target, aggregate.norm_weights), clients truncate to their rank.
-    Rank self-pruning (the clients' tail regulariser) is not implemented (docs/federated.md)."""
+    ``||C_k Z_k||_F`` per target, aggregate.norm_weights), clients truncate to their current
+    rank. Clients self-prune (pruning.py); an update's width is the client's rank from then on."""
     name = "hetlora"
 
     def aggregate(self, t: int, updates: list[Update]) -> Merge | None:
+        for u in updates:
+            self.ranks[u.client] = u.rank
         for n in self.c:
             w = agg.norm_weights([((u.c[n], u.z[n]), u.weight) for u in updates]) if updates else []
             self.c[n] = agg.zero_pad_average([(u.c[n], wk) for u, wk in zip(updates, w)], self.c[n], dim=1)

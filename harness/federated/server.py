@@ -19,7 +19,8 @@ merge_bytes_down_dense (the base merges sent this round as dense fp32 deltas ins
 second downlink form, counted not sent),
 aggregate_s, eval_loss / accuracy (when evaluated), in_sync (every selected client's base
 and projection matched the server's checksum), period, merges, selected, dropped, ranks
-(every client's rank, the run's key), round_ranks (ranks of this round's updates).
+(every client's configured rank, the run's key), round_ranks (ranks of this round's updates),
+client_ranks (every client's current rank after the round: HetLoRA's pruning lowers them).
 """
 from __future__ import annotations
 
@@ -152,7 +153,8 @@ def collect(srv: Server, t: int, selected: list[int], sent: dict[int, Any], got:
         out.tensor_bytes += msg.tensor_bytes
         out.in_sync.append(bool(msg.info["in_sync"]))
         out.client_s[f"client{k}"] = msg.info["transfer_down_s"] + msg.info["client_compute_s"] + up.seconds
-        out.updates.append(Update(k, srv.s.ranks[k], float(msg.info["examples"]), msg.c, msg.z or None))
+        rank = int(msg.info.get("rank", srv.s.ranks[k]))          # the client's rank now (HetLoRA prunes it)
+        out.updates.append(Update(k, rank, float(msg.info["examples"]), msg.c, msg.z or None))
     return out
 
 
@@ -197,7 +199,8 @@ def run(ctx: Any, party: Party, method: Method) -> None:
             wire_bytes_down=wire1.tx_bytes - wire0.tx_bytes, wire_bytes_up=wire1.rx_bytes - wire0.rx_bytes,
             in_sync=all(done.in_sync) if done.in_sync else None, n_updates=len(done.updates),
             period=getattr(method, "period", 0), merges=srv.merges, selected=[f"client{k}" for k in selected],
-            dropped=done.dropped, ranks=ranks, round_ranks=[u.rank for u in done.updates], **row)
+            dropped=done.dropped, ranks=ranks, round_ranks=[u.rank for u in done.updates],
+            client_ranks=list(getattr(method, "ranks", ranks)), **row)
     end = srv.goodbye()
     if end:
         _per_peer(lambda r: ch.send(r, end[r], tag="fed/end"), list(end))

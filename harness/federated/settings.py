@@ -43,6 +43,13 @@ class Settings:
     fault_drop_client: int
     isolate_compute: bool = True     # local trainings take turns (client.compute_token)
     a_variance: str = "rank"         # A_k entries of variance 1/r_k ("rank") or 1/r_ref ("ref")
+    prune_gamma: float = 1.0         # hetlora self-pruning: r <- max(1, floor(gamma r)) (pruning.py); 1: off
+    prune_lambda: float = 0.0        # hetlora self-pruning: weight of the tail penalty
+
+    @property
+    def self_prunes(self) -> bool:
+        """Clients prune their rank (HetLoRA, pruning.py): only hetlora, and only with gamma < 1."""
+        return self.method == "hetlora" and self.prune_gamma < 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (what the launcher sends the roles inside the RunPlan)."""
@@ -110,6 +117,12 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
     a_variance = str(method.get("a_variance", "rank"))
     _need(a_variance in A_VARIANCES, f"method.a_variance: {a_variance!r} is not allowed; choose one of "
                                      f"{', '.join(A_VARIANCES)} (A_k = Z / sqrt(r_k) or Z / sqrt(r_ref))")
+    gamma, lam = float(method.get("prune_gamma", 1.0)), float(method.get("prune_lambda", 0.0))
+    _need(0 < gamma <= 1, f"method.prune_gamma: {gamma!r} is outside (0, 1] (rank decay factor; 1: never prune)")
+    _need(lam >= 0, f"method.prune_lambda: {lam!r} must be >= 0 (weight of the tail penalty)")
+    _need(name == "hetlora" or (gamma == 1.0 and lam == 0.0),
+          f"method.prune_gamma/prune_lambda: {gamma!r}/{lam!r} set for method {name!r}; only hetlora self-prunes "
+          f"(leave them at 1.0/0.0)")
     split = cfg["task"].get("eval_split", "test")
     _need(split in ("test", "validation"), f"task.eval_split: {split!r} is not allowed; choose test or validation")
     r_ref = int(fed["r_ref"]) if fed.get("r_ref") else max(ranks)
@@ -123,4 +136,5 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg.get("seed", 0)),
         fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
         isolate_compute=bool(fed.get("isolate_compute", True)), a_variance=a_variance,
+        prune_gamma=gamma, prune_lambda=lam,
     )

@@ -24,7 +24,7 @@ from harness.report.stats import summarize
 
 STAT_SUFFIXES = ("_sd", "_n", "_ci_low", "_ci_high")
 TEXT_COLUMNS = ("quality_metric", "continuous_metric", "compute_measure", "command", "run_ids", "lr_rule",
-                "sync_dtype", "load_notes", "base_sha256")
+                "optimizer", "sync_dtype", "load_notes", "base_sha256")
 
 
 def ident(frame: pd.DataFrame, keys: list[str]) -> pd.Series:

@@ -16,8 +16,11 @@ the budget closest to 1.6%; bytes and speedup only against a bf16 full sync):
 - quality within 2% of full sync (per-seed retained accuracy >= 0.98), at the slowest rate;
 - quality within 2% of low-rank training at (about) equal bytes: low-rank at its smallest
   rank (r=1 ships what Spar ships at 1.6% of r=64), same seed, same rate.
-SPRA-LoRA (per federated scenario and backend; the variant named ``spra``, else one with
-the linear rate rule): uplink <= 50% of FedIT; client compute <= 50% of FedIT (FLOPs when
+SPRA-LoRA (per federated scenario, backend and client optimizer: the SGD ``spra`` is judged
+against the SGD baselines, ``spra_adamw`` against the ``*_adamw`` ones, each in its own rows
+whose ``where`` names the optimizer; the reference is the variant named ``spra`` /
+``spra_<optimizer>``, else one with the linear rate rule; FedIT ratios pair with the FedIT of
+the same optimizer): uplink <= 50% of FedIT; client compute <= 50% of FedIT (FLOPs when
 recorded, else isolated compute time, else compute time); higher final accuracy than
 **each** baseline (paired per-seed difference > 0, one row per baseline); rank-aware
 (linear) lr beats the constant-lr ablation.
@@ -137,18 +140,32 @@ def hilo_equal_bytes(tables: Tables) -> Found:
 
 
 # ---------------------------------------------------------------- SPRA
+def _optimizer(t: pd.DataFrame) -> pd.Series:
+    """Each configuration's client optimizer (federated.optimizer; a table without the column: sgd)."""
+    if "optimizer" not in t:
+        return pd.Series("sgd", index=t.index)
+    return t["optimizer"].fillna("").astype(str).replace("", "sgd")
+
+
 def _spra_configs(tables: Tables) -> Iterator[tuple[str, pd.Series, pd.DataFrame]]:
+    """Per (scenario, backend, client optimizer): SPRA's reference configuration and the configurations
+    with the same optimizer (the SGD spra against the SGD baselines, spra_adamw against the *_adamw ones).
+
+    The reference is the variant named ``spra`` (``spra_<optimizer>`` for another optimizer), else one
+    with the linear rate rule. ``where`` names the optimizer.
+    """
     spra = tables.spra
     if spra.empty:
         return
-    for (scenario, backend), t in spra.groupby(["scenario", "backend"], sort=True):
+    spra = spra.assign(_optimizer=_optimizer(spra))
+    for (scenario, backend, opt), t in spra.groupby(["scenario", "backend", "_optimizer"], sort=True):
         cands = t[t["method"] == "spra"]
         if cands.empty:
             continue
-        named = cands[cands["variant"] == "spra"]
+        named = cands[cands["variant"] == ("spra" if opt == "sgd" else f"spra_{opt}")]
         linear = cands[cands["lr_rule"].astype(str).isin(["linear", ""])]
         r = (named if len(named) else linear if len(linear) else cands).iloc[0]
-        yield f"{scenario} [{backend}] ranks {r['ranks']}", r, t
+        yield f"{scenario} [{backend}] ranks {r['ranks']}, optimizer {opt}", r, t
 
 
 def spra_uplink(tables: Tables) -> Found:

@@ -113,6 +113,8 @@ class Run:
         """Config knobs the tables need that rows do not carry (NaN/"" when run.json lacks them)."""
         method = self.config.get("method", {})
         return {"lr_rule": str(method.get("lr_rule") or ""),
+                "optimizer": str((self.config.get("federated") or {}).get("optimizer") or "") if self.kind == "federated"
+                else "",
                 "resample_every": float(method.get("resample_every", float("nan")) or 0),
                 "sync_dtype": str(method.get("sync_dtype") or "")}
 

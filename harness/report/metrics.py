@@ -376,12 +376,13 @@ def _ranks_of(rows: pd.DataFrame) -> str:
 
 def _choose_fedit(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
     same = _match(configs[configs["method"] == "fedit"], row, ["backend", "scenario", "task", "ranks", "rate_mbit",
-                                                                "delay_ms"])
+                                                                "delay_ms", "optimizer"])
     return _pick_reference(same, row, "fedit")
 
 
 def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per federated run, with its ratios to the same seed's FedIT run (NaN without one).
+    """One line per federated run, with its ratios to the same seed's FedIT run with the same client
+    optimizer (NaN without one).
 
     ``compute_frac_vs_fedit`` uses the best compute measure both runs have (``compute_measure``):
     ``client_flops``, else ``client_compute_isolated_s``, else ``client_compute_s``.
@@ -395,6 +396,8 @@ def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
         per_run.append({**keys, "ranks": _ranks_of(run_rows), "seed": _first(server, "seed", -1), "run_id": run_id,
                         "run_ids": run_id, "command": _first(server, "command", ""),
                         "lr_rule": _first(server, "lr_rule", ""), "resample_every": _first(server, "resample_every"),
+                        # the client optimizer (federated.optimizer); a run.json without it predates the key: sgd
+                        "optimizer": _first(server, "optimizer", "") or "sgd",
                         **_run_flags(server), **federated_run(run_rows)})
     if not per_run:
         return pd.DataFrame(columns=FEDERATED_KEYS + ["seed", "run_id"])

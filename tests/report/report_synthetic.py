@@ -65,11 +65,12 @@ def _run_dir(root: Path, scenario: str, variant: str, salt: str) -> tuple[Path, 
 
 def _meta(scenario: str, variant: str, run_id: str, backend: str, method: str, kind: str, seed: int,
           model_rank: int, status: str = "ok", reason: str = "", extra: str = "", lr_rule: str = "linear",
-          sync_dtype: str = "bf16", load: dict | None = None) -> dict:
+          sync_dtype: str = "bf16", load: dict | None = None, optimizer: str | None = None) -> dict:
     return {**({"load": load} if load else {}),"run_id": run_id, "scenario": scenario, "variant": variant, "backend": backend,
             "status": status, "reason": reason, "command": f"python -m harness scenario={scenario}{extra}",
             "git_commit": "0123abcd", "git_dirty": False, "kernel": "6.1.0", "versions": {"torch": "2.13.0"},
             "config": {"seed": seed, "model": {"rank": model_rank},
+                       **({"federated": {"optimizer": optimizer}} if optimizer else {}),
                        "method": {"name": method, "kind": kind, "lr_rule": lr_rule, "resample_every": 5,
                                   "sync_dtype": sync_dtype}}}
 
@@ -118,13 +119,15 @@ def write_onpolicy(root: Path, scenario: str, backend: str, spec: tuple, rate: f
     return run_dir
 
 
-def write_federated(root: Path, scenario: str, backend: str, spec: tuple, seed: int = 0) -> Path:
+def write_federated(root: Path, scenario: str, backend: str, spec: tuple, seed: int = 0,
+                    optimizer: str | None = None) -> Path:
+    """One federated run; ``optimizer`` goes into run.json's config (federated.optimizer) when given."""
     variant, method, up_bytes, compute_s, final = spec
     final = final[seed] if isinstance(final, dict) else final
     run_dir, run_id = _run_dir(root, scenario, variant, f"{backend}{seed}")
     lr_rule = "const" if variant.endswith("const_lr") else "linear"
     write_run_json(run_dir, _meta(scenario, variant, run_id, backend, method, "federated", seed, 64, "running",
-                                  lr_rule=lr_rule))
+                                  lr_rule=lr_rule, optimizer=optimizer))
     keys = {"run_id": run_id, "scenario": scenario, "variant": variant, "method": method, "compressor": "none",
             "task": "federated", "seed": seed, "backend": backend, "rate_mbit": 10.0, "delay_ms": 20.0,
             "rank": 64, "budget_frac": float("nan")}
@@ -203,7 +206,8 @@ SEEDED_SPEEDUP = {                                      # HiLo + Spar per-seed s
 SEEDED_FULL_Q = [0.80, 0.82, 0.78, 0.81, 0.79]          # full sync final accuracy per seed
 SEEDED_RETAINED = [0.99, 1.00, 1.01, 0.995, 1.005]      # HiLo + Spar accuracy / full sync's, per seed
 SEEDED_LOWRANK = [0.90, 0.92, 0.88, 0.91, 0.89]         # low-rank r=1 accuracy / full sync's, per seed
-SEEDED_FED = {"fedit": [0.70, 0.71, 0.69], "spra": [0.74, 0.76, 0.75]}
+SEEDED_FED = {"fedit": [0.70, 0.71, 0.69], "spra": [0.74, 0.76, 0.75]}                      # SGD
+SEEDED_FED_ADAMW = {"fedit_adamw": [0.80, 0.81, 0.79], "spra_adamw": [0.70, 0.72, 0.71]}    # AdamW: spra loses
 LOADED = {"start": {"loadavg": [3.5, 2.0, 1.0]}, "end": {"loadavg": [0.2, 0.5, 0.5]}, "cpus": 2,
           "roles_cpu_s": 10.0, "wall_s": 20.0}          # 1-min loadavg 3.5 > 0.5 x 2 CPUs: measured under load
 IDLE = {"start": {"loadavg": [0.1, 0.1, 0.1]}, "end": {"loadavg": [0.3, 0.2, 0.1]}, "cpus": 2,
@@ -227,9 +231,11 @@ def make_seeded_results(root: Path) -> Path:
                 load = LOADED if (variant == "hilo_spar" and rate == 10 and seed == 4) else IDLE
                 write_onpolicy(root, "hilo_seeds", "tc", (variant, method, comp, rank, budget, nbytes, {}, finals),
                                rate, seed, workers=1, update_s=update_s, load=load)
-    for variant, accs in SEEDED_FED.items():
-        for seed, acc in enumerate(accs):
-            spec = (variant, variant, 100_000 if variant == "spra" else 200_000, 0.5 if variant == "spra" else 1.0,
-                    {seed: acc})
-            write_federated(root, "spra_seeds", "tc", spec, seed)
+    for optimizer, runs in (("sgd", SEEDED_FED), ("adamw", SEEDED_FED_ADAMW)):
+        for variant, accs in runs.items():
+            method = variant.removesuffix("_adamw")
+            for seed, acc in enumerate(accs):
+                spec = (variant, method, 100_000 if method == "spra" else 200_000, 0.5 if method == "spra" else 1.0,
+                        {seed: acc})
+                write_federated(root, "spra_seeds", "tc", spec, seed, optimizer=optimizer)
     return root

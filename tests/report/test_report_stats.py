@@ -18,7 +18,7 @@ from harness.report import build_tables, collect
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.metrics import time_to_target
 from harness.report.stats import cell, crossover, paired, seeds_needed, summarize, verdict
-from report_synthetic import (SEEDED_FED, SEEDED_FULL_Q, SEEDED_LOWRANK, SEEDED_RETAINED, SEEDED_SPEEDUP, SEEDS,
+from report_synthetic import (SEEDED_FED, SEEDED_FED_ADAMW, SEEDED_FULL_Q, SEEDED_LOWRANK, SEEDED_RETAINED, SEEDED_SPEEDUP, SEEDS,
                               make_seeded_results)
 
 
@@ -162,13 +162,28 @@ def test_no_verdict_contradicts_its_interval(seeded):
 
 
 def test_spra_beats_fedit_paired_per_seed(seeded):
-    c = _claim(seeded[1], "higher final accuracy", "vs fedit")
+    c = _claim(seeded[1], "higher final accuracy", "optimizer sgd, vs fedit")
     diffs = [a - b for a, b in zip(SEEDED_FED["spra"], SEEDED_FED["fedit"])]
     assert c["estimate"] == pytest.approx(np.mean(diffs)) and c["n_seeds"] == 3 and c["verdict"] == "met"
     # SPRA ships exactly half FedIT's uplink on every seed: a zero-width interval touching 50% is inconclusive
-    uplink = _claim(seeded[1], "uplink", "spra_seeds")
+    uplink = _claim(seeded[1], "uplink", "spra_seeds [tc] ranks 64,32,16, optimizer sgd")
     assert (uplink["ci_low"], uplink["ci_high"]) == (0.5, 0.5) and uplink["verdict"] == "inconclusive"
     assert math.isnan(uplink["seeds_to_resolve"])          # no number of seeds moves a mean that sits on it
+
+
+def test_spra_claims_pair_by_optimizer(seeded):
+    """SGD spra against the SGD baselines, spra_adamw against the *_adamw ones: separate rows, never crossed."""
+    claims = seeded[1]
+    acc = claims[claims["claim"].str.startswith("higher final accuracy")]
+    assert sorted(acc["where"].str.extract(r"optimizer (\w+), vs (\w+)").apply(tuple, axis=1)) == \
+        [("adamw", "fedit_adamw"), ("sgd", "fedit")]
+    c = _claim(claims, "higher final accuracy", "optimizer adamw, vs fedit_adamw")
+    diffs = [a - b for a, b in zip(SEEDED_FED_ADAMW["spra_adamw"], SEEDED_FED_ADAMW["fedit_adamw"])]
+    assert c["estimate"] == pytest.approx(np.mean(diffs)) and c["n_seeds"] == 3 and c["verdict"] == "not met"
+    for claim in ("uplink", "client compute"):      # the FedIT ratios pair with the FedIT of the same optimizer
+        rows = claims[claims["claim"].str.startswith(claim)]
+        assert sorted(rows["where"].str.extract(r"optimizer (\w+)")[0]) == ["adamw", "sgd"]
+        assert (rows["n_seeds"] == 3).all()
 
 
 def test_crossover_per_seed_then_aggregated(seeded):
