@@ -65,17 +65,15 @@ same seeded adapter); the result is ``init_in_sync`` in the row of update 0.
 """
 from __future__ import annotations
 
-import json
 import os
-import struct
-import threading
-import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from harness.onpolicy.mismatch import policy_kl, swapped
+from harness.onpolicy.protocol import (_OK, _RESYNC, Background, _delta, _now, apply_verdict, eval_due, frame,
+                                       unframe, verify_due)
 from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan
 from harness.seeds import derive
 from harness.tasks.cache import ensure_pretrained
@@ -84,38 +82,6 @@ from harness.wire.transport import trace_rate_columns
 # Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
 # of a role's start-up is importing these.
 PRELOAD = ("torch.distributed", "transformers", "peft", "harness.tasks")
-
-_LEN = struct.Struct("<I")
-_OK, _RESYNC = b"\x00", b"\x01"
-
-
-def frame(meta: dict[str, Any], body: bytes = b"") -> bytes:
-    """A small JSON header (timings, checksum) in front of a body; both count as payload bytes."""
-    head = json.dumps(meta, separators=(",", ":")).encode()
-    return _LEN.pack(len(head)) + head + body
-
-
-def unframe(data: bytes) -> tuple[dict[str, Any], bytes]:
-    (n,) = _LEN.unpack_from(data)
-    return json.loads(data[_LEN.size:_LEN.size + n]), data[_LEN.size + n:]
-
-
-def verify_due(step: int, every: int) -> bool:
-    return every > 0 and (step + 1) % every == 0
-
-
-def eval_due(step: int, every: int, steps: int) -> bool:
-    return step == steps - 1 or (every > 0 and (step + 1) % every == 0)
-
-
-def _now() -> float:
-    return time.perf_counter()
-
-
-def _delta(a, b) -> tuple[int, int]:
-    """(tx, rx) bytes between two counter readings."""
-    return b.tx_bytes - a.tx_bytes, b.rx_bytes - a.rx_bytes
-
 
 def _threads(world_size: int) -> None:
     """A fixed thread count on every machine (harness.cluster.launch.ROLE_THREADS: the count changes
@@ -340,28 +306,6 @@ def _short(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- worker
-class Background:
-    """``fn()`` run in a daemon thread; ``result()`` waits for it (and re-raises its error)."""
-
-    def __init__(self, fn: Callable[[], Any], name: str = "checksum"):
-        self._out: list = []
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name=name)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[], Any]) -> None:
-        try:
-            self._out.append((True, fn()))
-        except BaseException as err:   # noqa: BLE001 - re-raised by result()
-            self._out.append((False, err))
-
-    def result(self) -> Any:
-        self._thread.join()
-        ok, value = self._out[0]
-        if not ok:
-            raise value
-        return value
-
-
 def run_worker(ctx, s: Setup) -> None:
     if s.plan.staleness:
         from harness.onpolicy.stale import run_stale_worker
@@ -372,7 +316,7 @@ def run_worker(ctx, s: Setup) -> None:
     shards, shard = ctx.world_size - 1, ctx.rank - 1
     device = next(iter(s.replica.params.values())).device
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
-    _apply_verdict(ch, s, "resync/init")
+    apply_verdict(ch, s, "resync/init")
     hashing: Background | None = None       # checksum of the state after the last verified update
     held: tuple[int, dict] | None = None    # the last row, written once its verdict is known
     for step in range(steps):
@@ -392,7 +336,7 @@ def run_worker(ctx, s: Setup) -> None:
         message, (down,) = ch.broadcast(None, f"update/{step}")
         in_sync, resync_bytes, verdict_bytes = (True if hashing is not None else None), 0, 0
         if message[:1] == _RESYNC:                # a resync is due for some worker: the verdict follows
-            in_sync, resync_bytes, verdict_bytes = _apply_verdict(ch, s, f"resync/{step}")
+            in_sync, resync_bytes, verdict_bytes = apply_verdict(ch, s, f"resync/{step}")
         if held is not None:
             held[1]["in_sync"] = in_sync
             ctx.recorder.row(held[0], **held[1])
@@ -416,16 +360,6 @@ def run_worker(ctx, s: Setup) -> None:
     if held is not None:
         if hashing is not None:             # the last update's state: compared after the loop
             ch.gather(frame({"checksum": hashing.result()}), "verify/final")
-            in_sync, final_bytes, _ = _apply_verdict(ch, s, "resync/final")
+            in_sync, final_bytes, _ = apply_verdict(ch, s, "resync/final")
             held[1].update(in_sync=in_sync, resync_bytes=held[1]["resync_bytes"] + final_bytes)
         ctx.recorder.row(held[0], **held[1])
-
-
-def _apply_verdict(ch, s: Setup, tag: str) -> tuple[bool, int, int]:
-    """Receive the learner's verdict; load the resync it carries, if any.
-    (in sync, resync bytes, verdict bytes)."""
-    verdict, _ = ch.scatter(None, tag)
-    if verdict[:1] == _RESYNC:
-        s.sync.load_resync(verdict[1:])
-        return False, len(verdict), len(verdict)
-    return True, 0, len(verdict)

@@ -29,16 +29,16 @@ from typing import Any
 
 import torch
 
+from harness.onpolicy.protocol import _RESYNC, Background, _delta, _now, apply_verdict, frame, verify_due
 from harness.seeds import derive
 
 
 def run_stale_worker(ctx, s) -> None:
-    from harness.onpolicy.roles import Background, _RESYNC, _apply_verdict, _delta, _now, frame, verify_due
     from harness.onpolicy.setup import inject_fault
 
     ch, steps, every = ctx.channel, s.plan.steps, s.plan.verify_every
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
-    _apply_verdict(ch, s, "resync/init")
+    apply_verdict(ch, s, "resync/init")
     hashing: Background | None = None          # checksum of the state after the last verified update
     ready: tuple[Any, float, int] | None = None   # (rollouts, seconds, policy version) made during the last update
     for step in range(steps):
@@ -55,7 +55,7 @@ def run_stale_worker(ctx, s) -> None:
             ack["checksum"] = hashing.result()
         resync_bytes = verdict_bytes = 0
         if message[:1] == _RESYNC:                  # some worker's state after step-2 differed: the verdict follows
-            in_sync, resync_bytes, verdict_bytes = _apply_verdict(ch, s, f"resync/{step}")
+            in_sync, resync_bytes, verdict_bytes = apply_verdict(ch, s, f"resync/{step}")
             if not in_sync:                         # ours was replaced by the learner's: what we hold now
                 ack["repaired"] = s.sync.checksum()
         ta = _now()
@@ -76,7 +76,7 @@ def run_stale_worker(ctx, s) -> None:
         if step == steps - 1 and every > 0:     # the last update's state: compared after the loop
             ch.gather(frame({"checksum": hashing.result() if hashing is not None else s.sync.checksum()}),
                       "verify/final")
-            _, final_bytes, _ = _apply_verdict(ch, s, "resync/final")
+            _, final_bytes, _ = apply_verdict(ch, s, "resync/final")
             row["resync_bytes"] += final_bytes
         ctx.recorder.row(step, **row)
         ctx.heartbeat(step)
@@ -85,8 +85,6 @@ def run_stale_worker(ctx, s) -> None:
 def _rollout(s, ctx, step: int) -> tuple[Any, float]:
     """This worker's rollouts of update ``step`` with the policy it holds now (the same prompts and
     sampling seeds as the synchronous loop); (rollouts, seconds)."""
-    from harness.onpolicy.roles import _now
-
     t0 = _now()
     task_cfg, shards, shard = s.cfg["task"], ctx.world_size - 1, ctx.rank - 1
     device = next(iter(s.replica.params.values())).device

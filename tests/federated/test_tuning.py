@@ -29,6 +29,26 @@ def _tuned(scenario: str) -> bool:
     return selected_path(scenario).exists()
 
 
+def _training(over: list) -> list[str]:
+    """A variant's overrides that change the training math (the tuning's subject): all but the lr and the link."""
+    return sorted(str(o) for o in over if not str(o).startswith(("federated.lr=", "net.")))
+
+
+def _entry(scenario: str, name: str, over: list, variants: dict) -> str:
+    """The tuning entry a variant reads: its own, or (link-only variants such as spra_trace) that of the
+    variant whose training overrides it shares exactly."""
+    lrs = [o for o in over if str(o).startswith("federated.lr=")]
+    assert len(lrs) == 1, f"{scenario}.{name}: one federated.lr override, got {lrs}"
+    m = TUNED.match(lrs[0])
+    assert m, f"{scenario}.{name}: {lrs[0]!r} is a hand-copied lr; use ${{tuned_lr:{scenario},{name}}}"
+    assert m.group(1) == scenario, f"{scenario}.{name} reads another scenario's tuning: {m.groups()}"
+    source = m.group(2)
+    if source != name:
+        assert source in variants and _training(variants[source]) == _training(over), \
+            f"{scenario}.{name} reads {source}'s entry but differs from it in more than the link"
+    return source
+
+
 def test_every_variant_lr_is_read_from_its_own_tuning_entry() -> None:
     scenarios = {k: v for k, v in _federated_scenarios().items() if _tuned(k)}
     if not scenarios:
@@ -36,11 +56,7 @@ def test_every_variant_lr_is_read_from_its_own_tuning_entry() -> None:
                     "see its header): run python -m harness.tune scenario=spra_federated seeds=[0,1]")
     for scenario, variants in scenarios.items():
         for name, over in variants.items():
-            lrs = [o for o in over if str(o).startswith("federated.lr=")]
-            assert len(lrs) == 1, f"{scenario}.{name}: one federated.lr override, got {lrs}"
-            m = TUNED.match(lrs[0])
-            assert m, f"{scenario}.{name}: {lrs[0]!r} is a hand-copied lr; use ${{tuned_lr:{scenario},{name}}}"
-            assert m.groups() == (scenario, name), f"{scenario}.{name} reads another entry: {m.groups()}"
+            _entry(scenario, name, over, variants)
 
 
 def test_scenario_lrs_agree_with_the_committed_tuning_file() -> None:
@@ -57,8 +73,9 @@ def test_scenario_lrs_agree_with_the_committed_tuning_file() -> None:
         chosen = dict(zip(table["variant"], table["lr"]))
         for name, over in variants.items():
             cfg = compose_config(_merge_overrides([f"scenario={scenario}"], list(over)))
-            assert name in chosen, f"{scenario}.{name} is not in {selected_path(scenario)}"
-            assert float(cfg.federated.lr) == chosen[name]
+            entry = _entry(scenario, name, over, variants)
+            assert entry in chosen, f"{scenario}.{entry} is not in {selected_path(scenario)}"
+            assert float(cfg.federated.lr) == chosen[entry]
 
 
 def test_select_picks_lowest_mean_loss_and_flags_edges() -> None:
