@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.federated import client as fclient
 from harness.federated import methods as fmethods
 from harness.federated import server as fserver
 from harness.federated.party import build_party
-from harness.errors import ConfigError
 from harness.federated.settings import from_cfg
 from harness.record import Recorder
 from harness.wire.transport import Transfer

@@ -117,7 +117,8 @@ def serve(ctx: Any, party: Party, method: Method) -> None:
         unavailable = [k for k in sampled if not pop.available(k, t)]
         work = assign([k for k in sampled if k not in unavailable], srv.executors)
         start = time.perf_counter()
-        results = fan_out([lambda e=e: srv.run_executor(ch, t, e, work[e]) for e in srv.executors], name="executor")
+        results = fan_out([lambda e=e, t=t, jobs=work[e]: srv.run_executor(ch, t, e, jobs) for e in srv.executors],
+                          name="executor")
         round_s = time.perf_counter() - start
         every = [r for rs in results for r in rs]
         recs = sorted((r for r in every if r["client"] is not None), key=lambda r: r["client"])
@@ -139,16 +140,17 @@ def serve(ctx: Any, party: Party, method: Method) -> None:
             t_eval = time.perf_counter()
             row.update(srv.evaluate(), eval_s=time.perf_counter() - t_eval)
         wire1 = ctx.wire()
-        names = lambda status: [f"client{r['client']}" for r in recs if r["status"] == status]  # noqa: E731
+        names = {status: [f"client{r['client']}" for r in recs if r["status"] == status]
+                 for status in ("finished", "late", "failed")}
         done = {f"client{r['client']}": r["client_s"] for r in recs if r["status"] == "finished"}
         straggler = max(done, key=done.get) if done else None
-        late = names("late")
+        late = names["late"]
         virtual = pop.deadline_s if late else (done[straggler] if straggler else float("nan"))
         ctx.recorder.row(
             t + 1, rank=s.r_max, round_s=round_s, virtual_round_s=virtual, aggregate_s=aggregate_s,
             slowest_client_s=done[straggler] if straggler else float("nan"), straggler=straggler,
             sampled=[f"client{k}" for k in sampled], unavailable=[f"client{k}" for k in unavailable],
-            finished=names("finished"), late=late, failed=names("failed"), dropped=late + names("failed"),
+            finished=names["finished"], late=late, failed=names["failed"], dropped=late + names["failed"],
             executors=[f"executor{e - 1}" for e in srv.executors], n_updates=len(updates),
             payload_bytes_down=sum(r.get("payload_bytes_down", 0) for r in recs),
             payload_bytes_up=sum(r.get("payload_bytes_up", 0) for r in recs),

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from harness.errors import ConfigError
 from harness.seeds import derive
@@ -56,7 +57,7 @@ class PopulationPlan:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PopulationPlan":
+    def from_dict(cls, data: Mapping[str, Any]) -> PopulationPlan:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
     def sample(self, t: int) -> list[int]:

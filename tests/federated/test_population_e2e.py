@@ -14,8 +14,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from reliability_helpers import (Injector, all_namespaces, learner_steps, our_namespaces, role_pids,  # noqa: E402
-                                 role_places, rows, run_dir_of, wait_for, warm_cache)
+from reliability_helpers import (  # the house helpers of killing a role
+    Injector,
+    all_namespaces,
+    learner_steps,
+    our_namespaces,
+    role_pids,
+    role_places,
+    rows,
+    run_dir_of,
+    wait_for,
+    warm_cache,
+)
 
 pytestmark = [pytest.mark.emulated, pytest.mark.e2e, pytest.mark.slow]
 
@@ -70,7 +80,7 @@ def test_deadline_drops_the_slow_clients_and_rows_name_everyone(kernel_backend, 
     for _, row in server.iterrows():                 # everyone sampled is accounted for, once
         sampled = json.loads(row.sampled)
         parts = [json.loads(row[c]) for c in ("unavailable", "finished", "late", "failed")]
-        assert sorted(sum(parts, [])) == sorted(sampled) and row.n_updates == len(json.loads(row.finished))
+        assert sorted(c for part in parts for c in part) == sorted(sampled) and row.n_updates == len(json.loads(row.finished))
     assert (pop[pop.status != "unavailable"].payload_bytes_down > 0).all()
     assert (pop[pop.status == "finished"].payload_bytes_up > 0).all()    # a late client may have uploaded too
     ex = rows(outcome.run_dir)
