@@ -118,16 +118,20 @@ def build_plan(cfg: Any) -> RunPlan:
     validate(cfg)                                             # field checks: names, links, ranks, budgets
     plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     kind = MethodKind(plain["method"]["kind"])
-    _check_model_and_task(plain, kind)
     onpolicy = federated = None
     if kind is MethodKind.ONPOLICY:
+        _check_model_and_task(plain, kind)
         from harness.onpolicy.setup import plan_from_cfg
 
         onpolicy = plan_from_cfg(plain)
     else:
         from harness.federated.settings import from_cfg
 
-        federated = from_cfg(plain)
+        if plain["federated"].get("population") is None:
+            _check_model_and_task(plain, kind)
+        federated = from_cfg(plain)              # a population is checked here, before its data split
+        if federated.population is not None:
+            _check_model_and_task(plain, kind, federated.clients)
     roles = _roles(plain, kind, onpolicy, federated)
     try:
         backend, why = resolve_backend(plain["net"]["backend"])
@@ -152,7 +156,7 @@ def _specs(roles: tuple[RolePlan, ...]) -> list:
     return [RoleSpec(name=r.name, up=r.up, down=r.down, device=r.device, expendable=r.expendable) for r in roles]
 
 
-def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind) -> None:
+def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind, clients: int | None = None) -> None:
     """The model and task knobs a role would trip over, checked by dry-building the cheap parts."""
     from harness.tasks import build_tokenizer
     from harness.tasks.targets import check_model
@@ -176,7 +180,7 @@ def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind) -> None:
     else:
         from harness.tasks import build_federated
 
-        build_federated(task, tokenizer, int(cfg["federated"]["clients"]), int(cfg["seed"]))   # data split
+        build_federated(task, tokenizer, clients or int(cfg["federated"]["clients"]), int(cfg["seed"]))   # data split
 
 
 def _link(node: Mapping[str, Any], rate: Any, prefix: str, side: str) -> LinkSpec:
@@ -209,6 +213,9 @@ def _roles(cfg: Mapping[str, Any], kind: MethodKind, onpolicy: OnPolicyPlan | No
         assert federated is not None
         hub, node, count = "server", "client", federated.clients
         lora = [federated.r_max, *federated.ranks]
+        if federated.population is not None:     # P executors take on the sampled clients' identities
+            node, count = "executor", federated.population.executors
+            lora = [federated.r_max] * (count + 1)
         expendable = federated.drop_policy == "continue"
     roles = [RolePlan(hub, 0, hub_link, hub_link, device, seed, lora[0])]
     for k in range(count):

@@ -151,6 +151,18 @@ class FederatedConfig:
     optimizer: str = "sgd"           # client optimizer, fresh each round: sgd | adamw
     momentum: float = 0.0            # sgd momentum (0: plain SGD, what the SPRA analysis assumes)
     isolate_compute: bool = True     # clients' local trainings take turns (a compute token): isolated compute times
+    # --- a population (harness/federated/population.py); population None: `clients` processes, every round ---
+    population: Optional[int] = None  # N simulated clients, each with a data shard, a rank and a link
+    per_round: int = 10              # K clients sampled per round (<= population)
+    executors: int = 2               # P executor processes that take on the sampled clients (<= cores)
+    deadline_s: Optional[float] = None  # drop a client whose down + compute + up exceeds it (None: wait for all)
+    rank_weights: List[float] = field(default_factory=list)  # weights of `ranks` for the draw ([]: equal)
+    up_mbit: List[float] = field(default_factory=lambda: [1.0, 50.0])    # log-uniform [lo, hi] per client
+    down_mbit: List[float] = field(default_factory=lambda: [2.0, 100.0])  # log-uniform [lo, hi] per client
+    delay_ms: List[float] = field(default_factory=lambda: [5.0, 50.0])    # uniform [lo, hi], each direction
+    availability: str = "always"     # always | markov (two-state chain per client)
+    p_off: float = 0.1               # markov: P(on -> off) per round; higher => fewer clients available
+    p_on: float = 0.5                # markov: P(off -> on) per round
     # --- fault injection (tests): from this round on, client fault_drop_client stops answering ---
     fault_drop_round: int = -1       # -1: never
     fault_drop_client: int = 0       # 0-based client index

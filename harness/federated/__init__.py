@@ -11,5 +11,8 @@ adapter.py     a PeftModel seen as coefficients in a shared basis (what parties 
 projection.py  SPRA's seeded shared projection, merge-and-reset, rank-aware learning rate, checksum
 messages.py    DownMsg / UpMsg: what goes over the wire each round
 codec.py       their sealed byte format (CRC32)
+population.py  a population: N seeded clients (rank, link, availability), K sampled a round, P executors
+pool.py        the population's server and executor loops (an executor takes on a sampled client's identity)
+relink.py      an executor's link set to its client's: qdiscs through pyroute2, the channel's link table
 snr.py         the gradient SNR study (python -m harness.federated.snr), an entry point
 """

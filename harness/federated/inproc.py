@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.federated import client as fclient
 from harness.federated import methods as fmethods
 from harness.federated import server as fserver
@@ -105,6 +106,9 @@ def run_in_threads(cfg: dict, run_dir: Path, task: Any, base: Any, dead: set[int
     raises the first exception of any thread (after all have finished or timed out).
     """
     settings = from_cfg(cfg)
+    if settings.population is not None:
+        raise ConfigError(f"federated.population: {settings.population.size!r} is not supported by the in-process "
+                          "backend (it runs the classic loop, one thread per client); leave it unset here")
     world = settings.clients + 1
     boxes = {(a, b): queue.Queue() for a in range(world) for b in range(world) if a != b}
     dead = set(dead or ())

@@ -25,10 +25,23 @@ def main(ctx: Any) -> None:
 
     plan = getattr(ctx, "plan", None)             # the launcher's RunPlan (dict); a bare config in tests
     settings = Settings.from_dict(plan["federated"]) if plan else from_cfg(ctx.cfg)
-    if ctx.world_size != settings.clients + 1:
-        raise ValueError(f"federated.clients: {settings.clients} clients need {settings.clients + 1} processes, "
+    pop = settings.population
+    processes = (pop.executors if pop else settings.clients) + 1
+    if ctx.world_size != processes:
+        raise ValueError(f"federated: {processes - 1} {'executors' if pop else 'clients'} need {processes} processes, "
                          f"the cluster has {ctx.world_size}")
     ensure_pretrained(ctx.cfg, ctx.rank, beat=ctx.progress)   # rank 0 builds a missing base, with heartbeats
+    if pop is not None:                    # a population: rank 0 serves, the others execute clients (pool.py)
+        from harness.federated import pool
+
+        first = settings.r_max if ctx.rank == 0 else settings.ranks[0]
+        party = build_party(ctx.cfg, settings, first, device=ctx.device)
+        method = methods.build(settings.method, party.setup)
+        if ctx.rank == 0:
+            pool.serve(ctx, party, method)
+        else:
+            pool.execute(ctx, party, method.trains_a)
+        return
     rank = settings.r_max if ctx.rank == 0 else settings.ranks[ctx.rank - 1]
     party = build_party(ctx.cfg, settings, rank, device=ctx.device)
     method = methods.build(settings.method, party.setup)

@@ -11,6 +11,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from harness.federated import population as fpop
 from harness.federated.methods import METHODS
 from harness.federated.projection import LR_RULES, rank_lr
 from harness.errors import ConfigError
@@ -45,6 +46,7 @@ class Settings:
     a_variance: str = "rank"         # A_k entries of variance 1/r_k ("rank") or 1/r_ref ("ref")
     prune_gamma: float = 1.0         # hetlora self-pruning: r <- max(1, floor(gamma r)) (pruning.py); 1: off
     prune_lambda: float = 0.0        # hetlora self-pruning: weight of the tail penalty
+    population: fpop.PopulationPlan | None = None   # set: `clients` simulated clients run by executors
 
     @property
     def self_prunes(self) -> bool:
@@ -53,12 +55,15 @@ class Settings:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (what the launcher sends the roles inside the RunPlan)."""
-        return {**asdict(self), "ranks": list(self.ranks)}
+        pop = self.population.to_dict() if self.population else None
+        return {**asdict(self), "ranks": list(self.ranks), "population": pop}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
         """The inverse of :meth:`to_dict` (no defaults restated: every field must be there)."""
-        return cls(**{**dict(data), "ranks": tuple(int(r) for r in data["ranks"])})
+        pop = data.get("population")
+        return cls(**{**dict(data), "ranks": tuple(int(r) for r in data["ranks"]),
+                      "population": fpop.PopulationPlan.from_dict(pop) if pop else None})
 
     @property
     def r_max(self) -> int:
@@ -104,6 +109,11 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
     ranks = tuple(base[k % len(base)] for k in range(clients))
     for key in ("rounds", "local_steps"):
         _need(int(fed[key]) >= 1, f"federated.{key}: {fed[key]!r} must be an integer >= 1")
+    population = None
+    if fed.get("population") is not None:        # N simulated clients (population.py) instead of `clients`
+        population, ranks = fpop.from_cfg(fed, int(cfg.get("seed", 0)), int(fed["rounds"]),
+                                          int(cfg["task"].get("examples", 2048)))
+        clients = population.size
     _need(0 < float(fed["fraction"]) <= 1, f"federated.fraction: {fed['fraction']!r} is outside (0, 1]")
     _need(float(fed["lr"]) > 0, f"federated.lr: {fed['lr']!r} must be > 0")
     _need(method["lr_rule"] in LR_RULES, f"method.lr_rule: {method['lr_rule']!r} is not allowed; "
@@ -136,5 +146,5 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg.get("seed", 0)),
         fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
         isolate_compute=bool(fed.get("isolate_compute", True)), a_variance=a_variance,
-        prune_gamma=gamma, prune_lambda=lam,
+        prune_gamma=gamma, prune_lambda=lam, population=population,
     )
