@@ -200,7 +200,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     run_dir = project_root() / cfg.out_dir / scenario / run_id
     lock = _claim(run_dir)
     if lock is None:
-        print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {run_dir.name}.lock), "
+        print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {lock_path(run_dir).name}), "
               "skipped", flush=True)
         return Outcome(run_id, run_dir, "skipped", "running in another process", variant=variant, seed=int(cfg.seed))
     try:
@@ -209,15 +209,20 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
         os.close(lock)
 
 
+def lock_path(run_dir: Path) -> Path:
+    """``.<run_id>.lock`` beside the run's folder (hidden: ``ls`` of a scenario shows runs only)."""
+    return run_dir.with_name(f".{run_dir.name}.lock")
+
+
 def _claim(run_dir: Path) -> int | None:
-    """An exclusive lock on ``<run_id>.lock`` beside the run's folder (flock: released when the
+    """An exclusive lock on ``.<run_id>.lock`` beside the run's folder (flock: released when the
     process ends, however it ends), so two jobs of a sweep that share an out_dir never run the
     same run id at once, and a live run is never taken for a killed one and moved aside. None:
     another process holds it. (flock is per machine on some network filesystems: docs/sweeps.md.)"""
     import fcntl
 
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir.with_name(f"{run_dir.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -12,7 +12,7 @@ from harness.run import _claim, _merge_overrides, compose_config, run_id_of, run
 def test_a_claimed_run_id_cannot_be_claimed_again_until_released(tmp_path):
     run_dir = tmp_path / "scenario" / "v-s0-abcd"
     first = _claim(run_dir)
-    assert first is not None and run_dir.with_name("v-s0-abcd.lock").is_file()
+    assert first is not None and run_dir.with_name(".v-s0-abcd.lock").is_file()
     assert _claim(run_dir) is None                 # another open file description: refused
     os.close(first)
     again = _claim(run_dir)

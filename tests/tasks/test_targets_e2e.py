@@ -35,7 +35,7 @@ def test_smoke_hilo_runs_ok_on_a_local_gpt2(gpt2_dir, tmp_path):
     proc = _harness("scenario=smoke_hilo", "model=hf", f"model.path={gpt2_dir}", f"out_dir={out}",
                     "progress=false", "onpolicy.steps=2", "onpolicy.eval_every=2", "only=[full_sync,hilo_spar]")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    runs = sorted((out / "smoke_hilo").iterdir())
+    runs = sorted(p for p in (out / "smoke_hilo").iterdir() if p.is_dir())
     assert [r.name.rsplit("-", 2)[0] for r in runs] == ["full_sync", "hilo_spar"]   # <variant>-s<seed>-<hash>
     for run in runs:
         rows = read_rows(run)
