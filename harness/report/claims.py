@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.aggregate import ident, seed_of
-from harness.report.metrics import FEDERATED_KEYS, ONPOLICY_KEYS
+from harness.report.metrics import FEDERATED_KEYS, ONPOLICY_KEYS, constant_links
 from harness.report.stats import INCONCLUSIVE, crossover, seeds_needed, summarize, verdict
 from harness.report.tables import Tables
 
@@ -78,6 +78,7 @@ def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFr
     hilo = tables.hilo
     if hilo.empty:
         return
+    hilo = hilo[constant_links(hilo)]            # the claims are judged on constant links
     for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
         synchronous = pd.to_numeric(t["staleness"], errors="coerce").fillna(0) == 0   # the claims are the paper's loop
         spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"]) & synchronous]
@@ -157,7 +158,7 @@ def _spra_configs(tables: Tables) -> Iterator[tuple[str, pd.Series, pd.DataFrame
     spra = tables.spra
     if spra.empty:
         return
-    spra = spra.assign(_optimizer=_optimizer(spra))
+    spra = spra[constant_links(spra)].assign(_optimizer=_optimizer(spra[constant_links(spra)]))
     for (scenario, backend, opt), t in spra.groupby(["scenario", "backend", "_optimizer"], sort=True):
         cands = t[t["method"] == "spra"]
         if cands.empty:

@@ -77,9 +77,9 @@ FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_
                    "accuracy", "eval_loss", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "accuracy_gain_vs_fedit"]
 TARGET_FRACTION = 0.9
 ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit",
-                 "delay_ms", "rank", "budget_frac", "ref_rank", "staleness"]
-FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms"]
-LINK_KEYS = ["backend", "task", "rate_mbit", "delay_ms"]
+                 "delay_ms", "rank", "budget_frac", "ref_rank", "staleness", "trace"]
+FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms", "trace"]
+LINK_KEYS = ["backend", "task", "rate_mbit", "delay_ms", "trace"]     # trace: the link traces' names (NaN: constant links)
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
@@ -196,6 +196,13 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "rollout_kl": _col(hub, "rollout_kl").mean(),
         **{f"phase_{p}": _col(hub, p).median() for p in (*PHASES, "replay_s", "bound_s", "update_s")},
     }
+
+
+def constant_links(table: pd.DataFrame) -> pd.Series:
+    """Configurations on constant links (no ``trace``): the ones the papers' claims are judged on."""
+    if "trace" not in table:
+        return pd.Series(True, index=table.index)
+    return table["trace"].isna() | (table["trace"].astype(str).isin(["", "nan"]))
 
 
 def _ratio(num: pd.Series, den: pd.Series) -> float:
@@ -376,7 +383,7 @@ def _ranks_of(rows: pd.DataFrame) -> str:
 
 def _choose_fedit(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
     same = _match(configs[configs["method"] == "fedit"], row, ["backend", "scenario", "task", "ranks", "rate_mbit",
-                                                                "delay_ms", "optimizer"])
+                                                                "delay_ms", "trace", "optimizer"])
     return _pick_reference(same, row, "fedit")
 
 

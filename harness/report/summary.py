@@ -125,6 +125,15 @@ def _method_name(r: pd.Series) -> str:
     return label(r["method"], r.get("compressor")) + (f" (staleness {int(k)})" if not _nan(k) and k else "")
 
 
+def _trace_note(t: pd.DataFrame) -> str:
+    """A sentence for tables with rows on link traces (``trace`` set), else empty."""
+    if "trace" not in t or not t["trace"].notna().any():
+        return ""
+    names = ", ".join(sorted({str(v) for v in t["trace"].dropna()}))
+    return (f" Rows on a link trace ({names}; docs/netem.md): the rate is the trace's time-mean rate, and "
+            "ratios are against the baseline on the same trace.")
+
+
 def _k(v) -> str:
     """The overlap mode of a row: 0 (synchronous, also for runs that predate the column) or k."""
     return "0" if _nan(v) else f"{int(v)}"
@@ -243,7 +252,7 @@ def hilo_section(coll: Collection, tables: Tables) -> list[str]:
                 "95% t half-width (n = seeds); ⚠ = runs measured under load. Efficiency = ideal update (rollout, "
                 "learn and both transfers at bytes×8/rate + latency) / measured update (docs/report.md); "
                 "*staleness 1*: the labelled overlap mode (rollouts of update t+1 made with policy t while update "
-                "t is on the wire), its speedup against the synchronous full sync.", ""]
+                "t is on the wire), its speedup against the synchronous full sync." + _trace_note(t), ""]
         t = t.assign(flag=[f"{int(k)} ⚠" if k else "" for k in t["loaded_runs"].fillna(0)])
         out.append(markdown_table(t, [
             ("task", "task", str), ("method", "name", str), ("variant", "variant", str),
@@ -291,8 +300,8 @@ def spra_section(coll: Collection, tables: Tables) -> list[str]:
         measure = ", ".join(sorted(set(t["compute_measure"].dropna().astype(str)))) or "client_compute_s"
         out += ["Bytes are payload per round summed over the round's clients; compute is per client "
                 "per round; accuracy and held-out loss are the server's final ones; ratios are per seed vs the same "
-                f"seed's FedIT (compute ratio from {measure}). Cells: mean ± 95% t half-width (n = seeds); "
-                "⚠ = runs measured under load.", ""]
+                f"seed's FedIT (compute ratio from {measure}) with the same client optimizer. Cells: mean ± 95% t "
+                "half-width (n = seeds); ⚠ = runs measured under load." + _trace_note(t), ""]
         t = t.assign(name=t["method"].map(label), flag=[f"{int(k)} ⚠" if k else "" for k in t["loaded_runs"].fillna(0)])
         out.append(markdown_table(t, [
             ("method", "name", str), ("variant", "variant", str), ("ranks", "ranks", str),
