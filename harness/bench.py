@@ -33,38 +33,45 @@ class Step:
 
 
 PY = sys.executable
-# The reference (make bench, ~40 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
+# The reference (make bench, ~39 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
 # full sync vs low-rank r=1 on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA
 # (SGD). At seeds 0-2: the lossless patch, the overlap mode (staleness 1) of full sync and HiLo at 100
 # Mbit/s, the quality-vs-bytes frontier (Spar at 0.5/1.6/5%, PowerSGD as itself at rank 1, top-k at
-# 1.6%), full sync and HiLo+Spar on the shipped LTE-like link trace, SPRA vs FedIT with AdamW (the
-# common optimizer) and on link traces; then the sparsity measurement and the SNR study. Cut to fit
-# 45 minutes (each in --full): the overlap mode at 10 Mbit/s, PowerSGD's 1.6% rotating subset, the other
-# budgets, the other baselines with AdamW, hilo_reward, the SPRA ablations and claim variants, the
-# rate x rank grid. --full runs every variant of every scenario at seeds 0-4: several hours.
+# 1.6%), SPRA vs FedIT with AdamW (the common optimizer); then the sparsity measurement and the SNR
+# study. Cut to fit 45 minutes (each in --full): the link-trace variants (OPTIONAL below, ~11 min:
+# python -m harness.bench --only traces spra_traces report), the overlap mode at 10 Mbit/s, PowerSGD's
+# 1.6% rotating subset, the other budgets, the other baselines with AdamW, hilo_reward, the SPRA ablations
+# and claim variants, the rate x rank grid. --full runs every variant of every scenario at seeds 0-4: hours.
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
 THREE_SEEDS = "seeds=[0,1,2]"
 HILO_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
 HILO_MORE = ("patch_10mbit,full_sync_stale_100mbit,hilo_spar_stale_100mbit,hilo_spar_b005_10mbit,"
-             "hilo_spar_b05_10mbit,hilo_powersgd_r1_10mbit,hilo_topk_10mbit,full_sync_trace,hilo_spar_trace")
+             "hilo_spar_b05_10mbit,hilo_powersgd_r1_10mbit,hilo_topk_10mbit")
 SPRA_HEADLINE = "spra,fedit,ffa,hetlora"
-SPRA_MORE = "spra_adamw,fedit_adamw,spra_trace,fedit_trace"
+SPRA_MORE = "spra_adamw,fedit_adamw"
 STEPS = (
     Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
     Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", FULL_SEEDS, f"only=[{HILO_HEADLINE}]"),
          "HiLo+Spar vs full sync and low rank r=1 at 10 and 100 Mbit/s; on-policy distillation, 5 seeds"),
     Step("hilo_more", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, f"only=[{HILO_MORE}]"),
-         "the lossless patch, the overlap mode (staleness 1), the quality-vs-bytes frontier and a link trace, 3 seeds",
+         "the lossless patch, the overlap mode (staleness 1) and the quality-vs-bytes frontier, 3 seeds",
          full=(FULL_SEEDS,)),
     Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", FULL_SEEDS, f"only=[{SPRA_HEADLINE}]"),
          "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), 5 seeds",
          full=(FULL_SEEDS,)),
     Step("spra_adamw", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_MORE}]"),
-         "SPRA vs FedIT with AdamW (the common optimizer) and on link traces, 3 seeds"),
+         "SPRA vs FedIT with AdamW (the common optimizer), 3 seeds"),
     Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
          "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process"),
     Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
     Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs"),
+)
+# Optional steps: not in the reference's 45 minutes, run by name (--only traces) or by --full.
+OPTIONAL = (
+    Step("traces", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, "only=[full_sync_trace,hilo_spar_trace]"),
+         "full sync and HiLo+Spar on the shipped LTE-like link trace, 3 seeds (~6 min)"),
+    Step("spra_traces", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, "only=[spra_trace,fedit_trace]"),
+         "SPRA and FedIT with every client on link traces, 3 seeds (~5.5 min)"),
 )
 FULL_ONLY = (
     Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", FULL_SEEDS),
@@ -80,10 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--full", action="store_true", help="every variant of every scenario, hilo_reward and grid_hilo too, at seeds 0-4 (hours)")
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these steps")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help=f"run only these steps (also the optional {', '.join(o.name for o in OPTIONAL)})")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     args = parser.parse_args(argv)
-    table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + STEPS[-1:] if args.full else STEPS
+    if args.full:
+        table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + STEPS[-1:]
+    elif args.only:
+        table = STEPS[:-1] + OPTIONAL + STEPS[-1:]      # an optional step runs when named
+    else:
+        table = STEPS
     names = [s.name for s in table]
     if args.only:
         bad = [n for n in args.only if n not in names]
