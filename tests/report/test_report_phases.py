@@ -35,7 +35,7 @@ def test_runs_without_a_bound_have_no_efficiency():
 
 
 def test_the_reference_full_sync_is_the_synchronous_one():
-    keys = {"backend": "tc", "task": "distill", "rate_mbit": 10.0, "delay_ms": 0.0, "rank": 64, "scenario": "s",
+    keys = {"backend": "tc", "task": "distill", "rate_mbit": 10.0, "delay_ms": 0.0, "trace": None, "rank": 64, "scenario": "s",
             "method": "full_sync", "sync_dtype": "bf16"}
     configs = pd.DataFrame([{**keys, "variant": "a_stale", "staleness": 1},
                             {**keys, "variant": "z_sync", "staleness": 0}])
