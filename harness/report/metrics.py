@@ -211,9 +211,14 @@ def _ratio(num: pd.Series, den: pd.Series) -> float:
     return float(num[both].sum() / den[both].sum()) if both.any() and den[both].sum() > 0 else np.nan
 
 
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
+    """Equal keys; a missing key (None or NaN: e.g. no trace) equals a missing one."""
+    if _missing(a) or _missing(b):
+        return _missing(a) and _missing(b)
     return a == b
 
 
