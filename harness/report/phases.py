@@ -33,7 +33,8 @@ def phase_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty or not set(cols) <= set(runs.columns):
         return pd.DataFrame()
     runs = runs[runs["phase_update_s"].notna()]
-    keys = ["scenario", "backend", "task", "rate_mbit", "variant", "method", "compressor", "rank", "ref_rank"]
+    runs = runs.assign(trace=runs["trace"] if "trace" in runs else float("nan"))
+    keys = ["scenario", "backend", "task", "rate_mbit", "trace", "variant", "method", "compressor", "rank", "ref_rank"]
     table = runs.groupby(keys, dropna=False, sort=True).agg(
         **{c: (c, "mean") for c in cols}, staleness=("staleness", "max"), seeds=("run_id", "count")).reset_index()
     table["efficiency"] = table["phase_bound_s"] / table["phase_update_s"]
@@ -46,15 +47,17 @@ def plot_phases(runs: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
         log.skip("phases", "no on-policy run recorded its phases (bound_s)")
         return
     for (scenario, backend, task), group in table.groupby(["scenario", "backend", "task"], sort=True):
-        rates = sorted(group["rate_mbit"].dropna().unique())[:MAX_PANELS]
+        group = group.assign(link=[f"{r:.3g} Mbit/s" if not isinstance(t, str) or not t else f"{t} trace (mean {r:.3g} Mbit/s)"
+                                   for r, t in zip(group["rate_mbit"], group["trace"])])
+        rates = list(dict.fromkeys(group.sort_values("rate_mbit")["link"]))[:MAX_PANELS]
         if not rates:
             continue
         with styled():
-            bars = max(int((group["rate_mbit"] == r).sum()) for r in rates)
+            bars = max(int((group["link"] == r).sum()) for r in rates)
             fig, axes = figure(len(rates), height=1.2 + 0.42 * bars, sharey=False)
             for ax, rate in zip(axes, rates):
-                _panel(ax, group[group["rate_mbit"] == rate].sort_values(["method", "variant"]))
-                ax.set_title(f"{rate:g} Mbit/s")
+                _panel(ax, group[group["link"] == rate].sort_values(["method", "variant"]))
+                ax.set_title(rate)
             xlabel(fig, axes, "Seconds per update (median over updates, mean over seeds)")
             legend(fig, axes)
             name = slug("phases", scenario, backend, task)

@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator
 
 from harness.report.figkit import (QUALITY_LABELS, Figure, PlotLog, dodge, draw_series, error_bars, in_order,
                                    legend, log_axis, quality_axis, styles_of, with_series, xlabel)
+from harness.report.metrics import constant_links
 from harness.report.style import family, figure, label, save, slug, styled
 
 
@@ -132,10 +133,14 @@ def _seed_counts(curves: pd.DataFrame) -> str:
 def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
     """Quality vs bytes per update (% of full sync, log x) over compression budgets, one line per compressor.
 
-    One point per configuration at the scenario's slowest link (quality does not depend on
-    the rate), at the scenario's training rank except low-rank training (its own ranks);
-    error bars: the 95% t-interval of the final quality over seeds.
+    One point per configuration at the scenario's slowest constant link (quality does not depend
+    on the rate; runs on link traces and in the overlap mode are other experiments), at the
+    scenario's training rank except low-rank training (its own ranks); error bars: the 95%
+    t-interval of the final quality over seeds.
     """
+    if len(hilo):
+        sync = pd.to_numeric(hilo["staleness"], errors="coerce").fillna(0) == 0 if "staleness" in hilo else True
+        hilo = hilo[constant_links(hilo) & sync]
     data = hilo[hilo["bytes_frac"].notna() & hilo["quality"].notna()] if len(hilo) else hilo
     if data.empty or not (data["budget_frac"].notna()).any():
         log.skip("frontier", "no compressed configuration with a full-sync baseline")
