@@ -39,7 +39,7 @@ from harness.federated.methods import Method, Update
 from harness.federated.party import Party, build_party
 from harness.federated.population import assign
 from harness.federated.relink import specs, take_link, use_link
-from harness.federated.server import ClientFailed, Server
+from harness.federated.server import ClientFailed, Server, open_round
 from harness.record import Recorder
 
 
@@ -108,11 +108,7 @@ def serve(ctx: Any, party: Party, method: Method) -> None:
     t_eval = time.perf_counter()
     ctx.recorder.row(0, rank=s.r_max, **srv.evaluate(), eval_s=time.perf_counter() - t_eval)
     for t in range(s.rounds):
-        ctx.heartbeat(t)
-        wire0 = ctx.wire()
-        entry = method.begin_round(t)
-        if entry is not None:
-            srv.add_merge(entry)
+        wire0 = open_round(ctx, srv, method, t)
         sampled = pop.sample(t)
         unavailable = [k for k in sampled if not pop.available(k, t)]
         work = assign([k for k in sampled if k not in unavailable], srv.executors)

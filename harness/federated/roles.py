@@ -31,21 +31,17 @@ def main(ctx: Any) -> None:
         raise ValueError(f"federated: {processes - 1} {'executors' if pop else 'clients'} need {processes} processes, "
                          f"the cluster has {ctx.world_size}")
     ensure_pretrained(ctx.cfg, ctx.rank, beat=ctx.progress)   # rank 0 builds a missing base, with heartbeats
-    if pop is not None:                    # a population: rank 0 serves, the others execute clients (pool.py)
-        from harness.federated import pool
-
-        first = settings.r_max if ctx.rank == 0 else settings.ranks[0]
-        party = build_party(ctx.cfg, settings, first, device=ctx.device)
-        method = methods.build(settings.method, party.setup)
-        if ctx.rank == 0:
-            pool.serve(ctx, party, method)
-        else:
-            pool.execute(ctx, party, method.trains_a)
-        return
-    rank = settings.r_max if ctx.rank == 0 else settings.ranks[ctx.rank - 1]
+    # a population: rank 0 serves, the others execute sampled clients, starting at client 0's rank (pool.py)
+    rank = settings.r_max if ctx.rank == 0 else settings.ranks[0 if pop is not None else ctx.rank - 1]
     party = build_party(ctx.cfg, settings, rank, device=ctx.device)
     method = methods.build(settings.method, party.setup)
-    if ctx.rank == 0:
-        server.run(ctx, party, method)
+    if pop is not None:
+        from harness.federated import pool
+
+        serve, execute = pool.serve, pool.execute
     else:
-        client.run(ctx, party, method.trains_a)
+        serve, execute = server.run, client.run
+    if ctx.rank == 0:
+        serve(ctx, party, method)
+    else:
+        execute(ctx, party, method.trains_a)

@@ -158,6 +158,17 @@ def collect(srv: Server, t: int, selected: list[int], sent: dict[int, Any], got:
     return out
 
 
+def open_round(ctx: Any, srv, method: Method, t: int):
+    """The start of round t on any server (this loop, pool.py's): heartbeat, the wire counters
+    before the round, and the method's merge at a period change (logged for the clients)."""
+    ctx.heartbeat(t)
+    wire0 = ctx.wire()
+    entry = method.begin_round(t)
+    if entry is not None:
+        srv.add_merge(entry)
+    return wire0
+
+
 def run(ctx: Any, party: Party, method: Method) -> None:
     srv = Server(party, method)
     s, ch = srv.s, ctx.channel
@@ -165,11 +176,7 @@ def run(ctx: Any, party: Party, method: Method) -> None:
     t_eval = time.perf_counter()
     ctx.recorder.row(0, rank=s.r_max, ranks=ranks, **srv.evaluate(), eval_s=time.perf_counter() - t_eval)
     for t in range(s.rounds):
-        ctx.heartbeat(t)
-        wire0 = ctx.wire()
-        entry = method.begin_round(t)
-        if entry is not None:
-            srv.add_merge(entry)
+        wire0 = open_round(ctx, srv, method, t)
         selected = s.selected(t, srv.alive)
         payloads = srv.downlinks(t, selected)
         dense_down = srv.dense_down_bytes(selected)
