@@ -201,6 +201,19 @@ def spra_lr_rule(tables: Tables) -> Found:
 
 
 INTERVAL = "95% t-interval of the per-seed values"
+def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
+    """SPRA's own claims as paired variants of one scenario (docs/federated.md, "SPRA's claims"):
+    per (scenario, backend, client optimizer), the per-seed accuracy of variant ``mine`` minus
+    that of ``theirs``, where both ran (they are --full variants of spra_federated)."""
+    def find(tables: Tables) -> Found:
+        for where, _, t in _spra_configs(tables):
+            a, b = t[t["variant"] == mine], t[t["variant"] == theirs]
+            if len(a) and len(b):
+                yield f"{where}, {mine} vs {theirs}", diff(values(tables.spra_runs, a.iloc[0], FEDERATED_KEYS, "accuracy"),
+                                                           values(tables.spra_runs, b.iloc[0], FEDERATED_KEYS, "accuracy")), ""
+    return find
+
+
 SPECS = [
     ClaimSpec("HiLo", "bytes per update <= 1.6% of full sync (configured budget / achieved; by construction)",
               "bytes_frac", HILO_BYTES, "<=",
@@ -228,6 +241,17 @@ SPECS = [
     ClaimSpec("SPRA-LoRA", "rank-aware (linear) lr beats constant lr", "accuracy - const-lr accuracy", 0.0, ">=",
               f"per-seed accuracy difference to the const-lr ablation; met when the whole {INTERVAL} is > 0",
               spra_lr_rule),
+    ClaimSpec("SPRA-LoRA", "at equal uplink the freed budget buys accuracy (SPRA at 2x each rank vs FedIT)",
+              "accuracy - FedIT accuracy", 0.0, ">=",
+              f"per-seed accuracy of spra_equal_uplink minus fedit (same uplink bytes); met when the whole {INTERVAL} is > 0",
+              spra_versus("spra_equal_uplink", "fedit")),
+    ClaimSpec("SPRA-LoRA", "rank-aware lr beats constant lr with A's variance fixed at 1/r_ref (the SNR argument alone)",
+              "accuracy - const-lr accuracy", 0.0, ">=",
+              f"per-seed accuracy of spra_aref_linear minus spra_aref_const; met when the whole {INTERVAL} is > 0",
+              spra_versus("spra_aref_linear", "spra_aref_const")),
+    ClaimSpec("SPRA-LoRA", "periodic resampling of A helps (T=5 vs never)", "accuracy - no-resample accuracy", 0.0,
+              ">=", f"per-seed accuracy of spra minus spra_no_resample; met when the whole {INTERVAL} is > 0",
+              spra_versus("spra", "spra_no_resample")),
 ]
 
 
