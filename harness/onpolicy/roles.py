@@ -74,8 +74,7 @@ import torch
 from harness.onpolicy.mismatch import policy_kl, swapped
 from harness.onpolicy.protocol import (_OK, _RESYNC, Background, _delta, _now, apply_verdict, eval_due, frame,
                                        unframe, verify_due)
-from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan
-from harness.seeds import derive
+from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan, worker_rollouts
 from harness.tasks.cache import ensure_pretrained
 from harness.wire.transport import trace_rate_columns
 
@@ -214,7 +213,8 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pendin
     t1 = _now()
     metas = {r: unframe(parts[r]) for r in sorted(parts)}
     checks = {r: meta["checksum"] for r, (meta, _) in metas.items() if "checksum" in meta}
-    bad = list(pending or []) if stale else sorted(r for r, c in checks.items() if c != expected)
+    found = _differing(checks, expected)        # synchronous: the states after the previous update
+    bad = list(pending or []) if stale else found
     resync = _RESYNC + s.sync.resync_payload() if bad else b""     # the state after the previous update
     rollouts = Rollouts.cat([Rollouts.from_bytes(body) for _, body in metas.values()])
     s.policy.train()
@@ -239,11 +239,10 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pendin
     acks = {r: unframe(a)[0] for r, a in raw.items()}
     t3 = _now()
     tx, rx = _delta(wire0, ctx.wire())
-    found = sorted(r for r, c in checks.items() if c != expected)
     if stale:                             # the states after the previous update as they were, and as they are now
         checks = {r: a["checksum"] for r, a in acks.items() if "checksum" in a}
-        found = sorted(r for r, c in checks.items() if c != expected)
-        pending = sorted(r for r, a in acks.items() if a.get("repaired", a.get("checksum", expected)) != expected)
+        found = _differing(checks, expected)
+        pending = _differing({r: a.get("repaired", a.get("checksum", expected)) for r, a in acks.items()}, expected)
     row = dict(
         loss=float(loss.detach()), grad_norm=grad_norm,
         **{f"train_{k}": float(v) for k, v in metrics.items() if k != "loss"},
@@ -267,15 +266,23 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pendin
     # of the serial parts with the modelled transfers (a stale rollout overlaps learn, encode and
     # the downlink); every other backend's is the wall clock
     if getattr(ctx, "backend", "") == "model":
-        middle = row["learn_s"] + row["encode_s"] + row["transfer_down_s"]
-        middle = max(middle, row["rollout_s"]) if row["rollout_overlapped"] else middle + row["rollout_s"]
+        middle = _with_rollout(row, row["learn_s"] + row["encode_s"] + row["transfer_down_s"])
         row["update_s"] = row["transfer_up_s"] + middle + row["apply_s"] + row["ack_s"]
     else:
         row["update_s"] = row["update_wall_s"]
-    ideal = row["learn_s"] + row["ideal_down_s"]
-    ideal = max(ideal, row["rollout_s"]) if row["rollout_overlapped"] else ideal + row["rollout_s"]
-    row["bound_s"] = row["ideal_up_s"] + ideal
+    row["bound_s"] = row["ideal_up_s"] + _with_rollout(row, row["learn_s"] + row["ideal_down_s"])
     return row, rollouts, (not found) if checks else None, (pending if stale else [])
+
+
+def _differing(checks: dict[int, str], expected: str | None) -> list[int]:
+    """The workers whose checksum is not ``expected``, in rank order."""
+    return sorted(r for r, c in checks.items() if c != expected)
+
+
+def _with_rollout(row: dict[str, Any], span: float) -> float:
+    """``span`` (learner-side seconds) with the rollout: after it (synchronous), or beside it
+    (a stale rollout, generated while the learner learned and the payload was on the wire)."""
+    return max(span, row["rollout_s"]) if row["rollout_overlapped"] else span + row["rollout_s"]
 
 
 def _clip(s: Setup, max_norm: float) -> float:
@@ -311,10 +318,9 @@ def run_worker(ctx, s: Setup) -> None:
         from harness.onpolicy.stale import run_stale_worker
 
         return run_stale_worker(ctx, s)
-    task_cfg, ch = s.cfg["task"], ctx.channel
+    ch = ctx.channel
     steps, every = s.plan.steps, s.plan.verify_every
-    shards, shard = ctx.world_size - 1, ctx.rank - 1
-    device = next(iter(s.replica.params.values())).device
+    shard = ctx.rank - 1
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
     apply_verdict(ch, s, "resync/init")
     hashing: Background | None = None       # checksum of the state after the last verified update
@@ -322,12 +328,7 @@ def run_worker(ctx, s: Setup) -> None:
     for step in range(steps):
         ch.barrier()
         wire0, t0 = ctx.wire(), _now()
-        prompts = s.task.prompts("train", int(task_cfg["prompt_batch"]), s.seed, step)
-        mine = torch.tensor_split(prompts, shards)[shard].to(device)
-        gen = torch.Generator(device=device).manual_seed(derive(s.seed, "rollout", step, shard))
-        s.policy.eval()
-        rollouts = s.task.rollout(s.policy, mine, int(task_cfg["samples_per_prompt"]), gen)
-        rollout_s = _now() - t0
+        rollouts, rollout_s = worker_rollouts(s, ctx.rank, ctx.world_size, step)
         meta: dict[str, Any] = {"rollout_s": rollout_s}
         if hashing is not None:
             meta["checksum"] = hashing.result()

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+import torch
+
 from harness.errors import ConfigError
 from harness.onpolicy import methods as sync_methods
 from harness.onpolicy.state import WIRE_DTYPES, Replica, SyncError, adapter_params, flip_bit, make_optimizer
@@ -211,3 +213,20 @@ def inject_fault(setup: Setup, worker: int, step: int) -> str | None:
     if p.fault_flip_step == step and p.fault_flip_worker == worker:
         return flip_bit(setup.replica, p.fault_flip_target)
     return None
+
+
+def worker_rollouts(setup: Setup, rank: int, world_size: int, step: int) -> tuple[Any, float]:
+    """Worker ``rank``'s rollouts of update ``step`` with the policy it holds now: its shard of the
+    step's training prompts, sampled with the seeded stream of (seed, step, shard); (rollouts, seconds).
+    The synchronous worker (roles.py) and the overlap mode's (stale.py) draw the same ones."""
+    import time
+
+    t0 = time.perf_counter()
+    task_cfg, shards, shard = setup.cfg["task"], world_size - 1, rank - 1
+    device = next(iter(setup.replica.params.values())).device
+    prompts = setup.task.prompts("train", int(task_cfg["prompt_batch"]), setup.seed, step)
+    mine = torch.tensor_split(prompts, shards)[shard].to(device)
+    gen = torch.Generator(device=device).manual_seed(derive(setup.seed, "rollout", step, shard))
+    setup.policy.eval()
+    rollouts = setup.task.rollout(setup.policy, mine, int(task_cfg["samples_per_prompt"]), gen)
+    return rollouts, time.perf_counter() - t0

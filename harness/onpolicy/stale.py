@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from harness.onpolicy.protocol import _RESYNC, Background, _delta, _now, apply_verdict, frame, verify_due
-from harness.seeds import derive
 
 
 def run_stale_worker(ctx, s) -> None:
-    from harness.onpolicy.setup import inject_fault
+    from harness.onpolicy.setup import inject_fault, worker_rollouts
 
     ch, steps, every = ctx.channel, s.plan.steps, s.plan.verify_every
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
@@ -44,11 +41,11 @@ def run_stale_worker(ctx, s) -> None:
     for step in range(steps):
         ch.barrier()
         wire0, t0 = ctx.wire(), _now()
-        rollouts, rollout_s, version = ready if ready is not None else (*_rollout(s, ctx, step), step)
+        rollouts, rollout_s, version = ready if ready is not None else (*worker_rollouts(s, ctx.rank, ctx.world_size, step), step)
         up = frame({"rollout_s": rollout_s, "policy": version}, rollouts.to_bytes())
         ch.gather(up, f"rollouts/{step}")
         receiver = Background(lambda tag=f"update/{step}": ch.broadcast(None, tag), name="receive")
-        ready = (*_rollout(s, ctx, step + 1), step) if step + 1 < steps else None   # policy version `step`
+        ready = (*worker_rollouts(s, ctx.rank, ctx.world_size, step + 1), step) if step + 1 < steps else None   # policy version `step`
         message, (down,) = receiver.result()
         ack: dict[str, Any] = {}
         if hashing is not None:                     # the state after step-1 as it was
@@ -80,17 +77,3 @@ def run_stale_worker(ctx, s) -> None:
             row["resync_bytes"] += final_bytes
         ctx.recorder.row(step, **row)
         ctx.heartbeat(step)
-
-
-def _rollout(s, ctx, step: int) -> tuple[Any, float]:
-    """This worker's rollouts of update ``step`` with the policy it holds now (the same prompts and
-    sampling seeds as the synchronous loop); (rollouts, seconds)."""
-    t0 = _now()
-    task_cfg, shards, shard = s.cfg["task"], ctx.world_size - 1, ctx.rank - 1
-    device = next(iter(s.replica.params.values())).device
-    prompts = s.task.prompts("train", int(task_cfg["prompt_batch"]), s.seed, step)
-    mine = torch.tensor_split(prompts, shards)[shard].to(device)
-    gen = torch.Generator(device=device).manual_seed(derive(s.seed, "rollout", step, shard))
-    s.policy.eval()
-    rollouts = s.task.rollout(s.policy, mine, int(task_cfg["samples_per_prompt"]), gen)
-    return rollouts, _now() - t0
