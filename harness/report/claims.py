@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.aggregate import ident, seed_of
-from harness.report.metrics import FEDERATED_KEYS, ONPOLICY_KEYS, constant_links
+from harness.report.metrics import FEDERATED_KEYS, ONPOLICY_KEYS, constant_links, synchronous
 from harness.report.stats import INCONCLUSIVE, crossover, seeds_needed, summarize, verdict
 from harness.report.tables import Tables
 
@@ -78,10 +78,9 @@ def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFr
     hilo = tables.hilo
     if hilo.empty:
         return
-    hilo = hilo[constant_links(hilo)]            # the claims are judged on constant links
+    hilo = hilo[constant_links(hilo) & synchronous(hilo)]     # the claims: the paper's loop on constant links
     for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
-        synchronous = pd.to_numeric(t["staleness"], errors="coerce").fillna(0) == 0   # the claims are the paper's loop
-        spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"]) & synchronous]
+        spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"])]
         if spar.empty:
             continue
         budgets = spar["budget_frac"].dropna()
@@ -158,7 +157,8 @@ def _spra_configs(tables: Tables) -> Iterator[tuple[str, pd.Series, pd.DataFrame
     spra = tables.spra
     if spra.empty:
         return
-    spra = spra[constant_links(spra)].assign(_optimizer=_optimizer(spra[constant_links(spra)]))
+    spra = spra[constant_links(spra)]
+    spra = spra.assign(_optimizer=_optimizer(spra))
     for (scenario, backend, opt), t in spra.groupby(["scenario", "backend", "_optimizer"], sort=True):
         cands = t[t["method"] == "spra"]
         if cands.empty:
@@ -200,7 +200,6 @@ def spra_lr_rule(tables: Tables) -> Found:
                                                       values(tables.spra_runs, c, FEDERATED_KEYS, "accuracy")), ""
 
 
-INTERVAL = "95% t-interval of the per-seed values"
 def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
     """SPRA's own claims as paired variants of one scenario (docs/federated.md, "SPRA's claims"):
     per (scenario, backend, client optimizer), the per-seed accuracy of variant ``mine`` minus
@@ -214,6 +213,7 @@ def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
     return find
 
 
+INTERVAL = "95% t-interval of the per-seed values"
 SPECS = [
     ClaimSpec("HiLo", "bytes per update <= 1.6% of full sync (configured budget / achieved; by construction)",
               "bytes_frac", HILO_BYTES, "<=",
@@ -289,8 +289,8 @@ def crossover_frame(tables: Tables) -> pd.DataFrame:
     cols = keys + ["variants", "crossover_mbit", "ci_low", "ci_high", "sd", "n_seeds", "sides", "rates"]
     if runs.empty or "speedup" not in runs:
         return pd.DataFrame(columns=cols)
-    stale = pd.to_numeric(runs["staleness"], errors="coerce").fillna(0) > 0     # the overlap mode's full sync too
-    data = runs[((runs["method"] != "full_sync") | stale) & runs["speedup"].notna()].assign(_seed=lambda f: seed_of(f))
+    data = runs[((runs["method"] != "full_sync") | ~synchronous(runs)) & runs["speedup"].notna()]  # stale full sync too
+    data = data.assign(_seed=lambda f: seed_of(f))
     lines = []
     for group, g in data.groupby(keys, dropna=False, sort=True):
         if g["rate_mbit"].nunique() < 2:

@@ -205,6 +205,13 @@ def constant_links(table: pd.DataFrame) -> pd.Series:
     return table["trace"].isna() | (table["trace"].astype(str).isin(["", "nan"]))
 
 
+def synchronous(table: pd.DataFrame) -> pd.Series:
+    """Configurations of the synchronous loop (``staleness`` 0, or a table that predates the key)."""
+    if "staleness" not in table:
+        return pd.Series(True, index=table.index)
+    return pd.to_numeric(table["staleness"], errors="coerce").fillna(0) == 0
+
+
 def _ratio(num: pd.Series, den: pd.Series) -> float:
     """sum(num) / sum(den) over the updates that have both (NaN when none has)."""
     both = num.notna() & den.notna()
@@ -266,7 +273,7 @@ def time_to_target(curve: pd.DataFrame, target: float) -> float:
 def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
     """The synchronous (staleness 0) full sync at the same link and training rank."""
     cands = _match(configs[configs["method"] == "full_sync"], row, LINK_KEYS)
-    cands = cands[pd.to_numeric(cands["staleness"], errors="coerce").fillna(0) == 0]
+    cands = cands[synchronous(cands)]
     return _pick_reference(cands[cands["rank"] == row["ref_rank"]], row, "full_sync")
 
 

@@ -80,7 +80,7 @@ def _panel(ax, rows: pd.DataFrame) -> None:
     ax.scatter(rows["phase_update_s"], ys, marker="|", s=220, color="black", linewidths=1.6, label="update", zorder=3)
     ax.scatter(rows["phase_bound_s"], ys, marker="D", s=22, facecolor="white", edgecolor="black", label="bound",
                zorder=4)
-    names = [label(m, c) + (f" (k={int(k)})" if k == k and k else "") + f"\n{v}"
+    names = [label(m, c) + (f" (k={int(k)})" if pd.notna(k) and k else "") + f"\n{v}"
              for m, c, k, v in zip(rows["method"], rows["compressor"], rows["staleness"], rows["variant"])]
     ax.set_yticks(ys, names, fontsize=6)
     ax.invert_yaxis()

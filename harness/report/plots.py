@@ -20,7 +20,7 @@ from matplotlib.ticker import MaxNLocator
 
 from harness.report.figkit import (QUALITY_LABELS, Figure, PlotLog, dodge, draw_series, error_bars, in_order,
                                    legend, log_axis, quality_axis, styles_of, with_series, xlabel)
-from harness.report.metrics import constant_links
+from harness.report.metrics import constant_links, synchronous
 from harness.report.style import family, figure, label, save, slug, styled
 
 
@@ -139,8 +139,7 @@ def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
     t-interval of the final quality over seeds.
     """
     if len(hilo):
-        sync = pd.to_numeric(hilo["staleness"], errors="coerce").fillna(0) == 0 if "staleness" in hilo else True
-        hilo = hilo[constant_links(hilo) & sync]
+        hilo = hilo[constant_links(hilo) & synchronous(hilo)]
     data = hilo[hilo["bytes_frac"].notna() & hilo["quality"].notna()] if len(hilo) else hilo
     if data.empty or not (data["budget_frac"].notna()).any():
         log.skip("frontier", "no compressed configuration with a full-sync baseline")
