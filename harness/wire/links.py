@@ -113,6 +113,15 @@ class LinkTable:
         return min((self._trace(s).next_change_s(at - self.t0) + self.t0 for s in (*self.up, *self.down)
                     if s.trace), default=math.inf)
 
+    def _capacity(self, at: float) -> dict[tuple[str, int], float]:
+        """Bytes/s of every direction of every link at wall-clock ``at`` (inf: unshaped)."""
+        capacity: dict[tuple[str, int], float] = {}
+        for d in range(self.world_size):
+            for side, spec in (("up", self.up[d]), ("down", self.down[d])):
+                rate = self.rate_bps(spec, at)
+                capacity[(side, d)] = math.inf if rate is None else rate / 8.0
+        return capacity
+
     def ideal_s(self, flows: list[Flow], at: float | None = None) -> list[float]:
         """Ideal completion time of each flow (seconds since their common start ``at``, wall clock;
         None: t0), fluid model.
@@ -128,13 +137,9 @@ class LinkTable:
         done = [0.0 if f.nbytes == 0 else math.nan for f in flows]
         now = 0.0
         active = {i for i, f in enumerate(flows) if f.nbytes > 0}
+        fixed = None if self.traced else self._capacity(start)     # constant links: the same every step
         while active:
-            capacity: dict[tuple[str, int], float] = {}
-            for d in range(self.world_size):
-                for side, spec in (("up", self.up[d]), ("down", self.down[d])):
-                    rate = self.rate_bps(spec, start + now)
-                    capacity[(side, d)] = math.inf if rate is None else rate / 8.0
-            rate = _max_min_rates(active, paths, capacity)
+            rate = _max_min_rates(active, paths, fixed or self._capacity(start + now))
             finite = [left[i] / rate[i] for i in active if not math.isinf(rate[i])]
             step = min(finite) if finite else 0.0          # unshaped flows finish at once
             edge = self._next_change(start + now)
