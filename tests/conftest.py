@@ -1,7 +1,11 @@
-"""Fixtures shared by every test folder: the kernel backend (or a stated skip) and a namespace leak guard."""
+"""Fixtures shared by every test folder: the kernel backend (or a stated skip), a namespace leak
+guard, and the command line run while watching for the namespaces it creates."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from typing import Callable
 
 import pytest
 
@@ -33,3 +37,25 @@ def no_leaks():
 
     mine = [n.name for n in list_ours() if n.owner == str(os.getpid())]
     assert not mine, f"test leaked namespaces: {mine}"
+
+
+@pytest.fixture
+def harness_cli() -> Callable[..., tuple[int, str, str, set[str]]]:
+    """``run(*args)``: ``python -m harness *args`` to the end, watching every 0.2 s (and once after
+    it exits) for network namespaces its process owns; (exit status, stdout, stderr, namespaces seen)."""
+    from netem.names import list_ours
+
+    def run(*args: str) -> tuple[int, str, str, set[str]]:
+        proc = subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        seen: set[str] = set()
+        while proc.poll() is None:
+            seen |= {n.name for n in list_ours() if n.owner == str(proc.pid)}
+            try:
+                proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = proc.communicate()
+        seen |= {n.name for n in list_ours() if n.owner == str(proc.pid)}
+        return proc.returncode, out, err, seen
+    return run

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import importlib
 
-import subprocess
-import sys
 
 import pytest
 
@@ -98,22 +96,10 @@ def test_federated_knobs_fail_in_the_planner(override, key):
     ("model.dtype=float77", "model.dtype"),
     ("onpolicy.optimizer=adamx", "onpolicy.optimizer"),
 ])
-def test_table_overrides_fail_before_anything_exists(override, key, tmp_path):
-    from netem.names import list_ours
-
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "scenario=smoke_hilo", "only=[hilo_spar]", override,
-                             f"out_dir={tmp_path}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: set[str] = set()
-    while proc.poll() is None:                    # watch for namespaces of this process while it runs
-        seen |= {n.name for n in list_ours() if n.owner == str(proc.pid)}
-        try:
-            proc.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            pass
-    out, err = proc.communicate()
-    seen |= {n.name for n in list_ours() if n.owner == str(proc.pid)}
+def test_table_overrides_fail_before_anything_exists(override, key, tmp_path, harness_cli):
+    code, _, err, seen = harness_cli("scenario=smoke_hilo", "only=[hilo_spar]", override, f"out_dir={tmp_path}")
     lines = err.strip().splitlines()
-    assert proc.returncode == 2, err[-2000:]
+    assert code == 2, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}:"), err[-2000:]
     assert not seen, f"namespaces were created: {seen}"
     assert not list(tmp_path.iterdir()), "a run directory was created"

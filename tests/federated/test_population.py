@@ -4,8 +4,6 @@ Pure tier, except the last test, which runs the command line (no namespace may a
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -83,21 +81,10 @@ def test_unset_population_is_the_classic_run():
     assert Settings.from_dict(s.to_dict()) == s
 
 
-def test_the_command_line_refuses_a_bad_population_before_any_namespace(tmp_path):
-    from netem.names import list_ours
-
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "scenario=spra_population", "only=[spra]",
-                             "federated.per_round=201", f"out_dir={tmp_path}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: set[str] = set()
-    while proc.poll() is None:
-        seen |= {n.name for n in list_ours() if n.owner == str(proc.pid)}
-        try:
-            proc.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            pass
-    _, err = proc.communicate()
+def test_the_command_line_refuses_a_bad_population_before_any_namespace(tmp_path, harness_cli):
+    code, _, err, seen = harness_cli("scenario=spra_population", "only=[spra]", "federated.per_round=201",
+                                     f"out_dir={tmp_path}")
     lines = err.strip().splitlines()
-    assert proc.returncode == 2, err[-2000:]
+    assert code == 2, err[-2000:]
     assert lines == ["error: federated.per_round: 201 must be an integer in 1..200 (federated.population)"], err[-2000:]
     assert not seen and not list(tmp_path.iterdir())
