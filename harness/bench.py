@@ -33,15 +33,17 @@ class Step:
 
 
 PY = sys.executable
-# The reference (make bench, ~39 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
+# The reference (make bench, ~43 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
 # full sync vs low-rank r=1 on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA
 # (SGD). At seeds 0-2: the lossless patch, the overlap mode (staleness 1) of full sync and HiLo at 100
 # Mbit/s, the quality-vs-bytes frontier (Spar at 0.5/1.6/5%, PowerSGD as itself at rank 1, top-k at
-# 1.6%), SPRA vs FedIT with AdamW (the common optimizer); then the sparsity measurement and the SNR
-# study. Cut to fit 45 minutes (each in --full): the link-trace variants (OPTIONAL below, ~11 min:
-# python -m harness.bench --only traces spra_traces report), the overlap mode at 10 Mbit/s, PowerSGD's
-# 1.6% rotating subset, the other budgets, the other baselines with AdamW, hilo_reward, the SPRA ablations
-# and claim variants, the rate x rank grid. --full runs every variant of every scenario at seeds 0-4: hours.
+# 1.6%), SPRA vs FedIT with AdamW (the common optimizer), SPRA's own claims as paired variants (equal
+# uplink, the lr rule at A's variance 1/r_ref, resampling); then the sparsity measurement and the SNR
+# study. Cut to fit 45 minutes (each in --full): the link-trace variants and the rest of the SPRA
+# ablations (OPTIONAL below: python -m harness.bench --only traces spra_traces spra_ablations report),
+# the overlap mode at 10 Mbit/s, PowerSGD's 1.6% rotating subset, the other budgets, the other
+# baselines with AdamW, hilo_reward, the rate x rank grid. --full runs every variant of every scenario
+# at seeds 0-4: hours.
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
 THREE_SEEDS = "seeds=[0,1,2]"
 HILO_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
@@ -49,6 +51,8 @@ HILO_MORE = ("patch_10mbit,full_sync_stale_100mbit,hilo_spar_stale_100mbit,hilo_
              "hilo_spar_b05_10mbit,hilo_powersgd_r1_10mbit,hilo_topk_10mbit")
 SPRA_HEADLINE = "spra,fedit,ffa,hetlora"
 SPRA_MORE = "spra_adamw,fedit_adamw"
+SPRA_CLAIMS = "spra_equal_uplink,spra_aref_linear,spra_aref_const,spra_no_resample"
+SPRA_ABLATIONS = "spra_const_lr,spra_sqrt_lr,spra_aref_sqrt,spra_t1,spra_t3"
 STEPS = (
     Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
     Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", FULL_SEEDS, f"only=[{HILO_HEADLINE}]"),
@@ -61,6 +65,8 @@ STEPS = (
          full=(FULL_SEEDS,)),
     Step("spra_adamw", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_MORE}]"),
          "SPRA vs FedIT with AdamW (the common optimizer), 3 seeds"),
+    Step("spra_claims", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_CLAIMS}]"),
+         "SPRA's own claims: equal uplink (2x ranks), the lr rule at A's variance 1/r_ref, resampling; 3 seeds"),
     Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
          "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process"),
     Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
@@ -72,6 +78,8 @@ OPTIONAL = (
          "full sync and HiLo+Spar on the shipped LTE-like link trace, 3 seeds (~6 min)"),
     Step("spra_traces", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, "only=[spra_trace,fedit_trace]"),
          "SPRA and FedIT with every client on link traces, 3 seeds (~5.5 min)"),
+    Step("spra_ablations", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_ABLATIONS}]"),
+         "the rest of SPRA's variance x lr-rule cross and its resampling sweep (T=1, 3), 3 seeds (~5.5 min)"),
 )
 FULL_ONLY = (
     Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", FULL_SEEDS),
@@ -80,7 +88,7 @@ FULL_ONLY = (
          "rate x rank sweep (Hydra multirun), emulated and model backends"),
 )
 QUICK = ("netem-check", "hilo_distill", "spra_federated", "snr", "report")
-FULL_DROPS = ("spra_adamw",)       # --full: spra_federated runs every variant, these included
+FULL_DROPS = ("spra_adamw", "spra_claims")       # --full: spra_federated runs every variant, these included
 
 
 def main(argv: list[str] | None = None) -> int:
