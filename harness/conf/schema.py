@@ -60,6 +60,23 @@ class ModelConfig:
 
 
 @dataclass
+class GrowConfig:
+    """task.teacher_init=grow: the narrow teacher (same depth and vocabulary) the teacher is
+    widened from (harness/tasks/grow.py), trained from scratch and cached like any teacher. The
+    defaults are the tiny preset's teacher recipe: at the tiny model's depth (2 layers) the source
+    is the shipped tiny reference teacher itself (harness/bases), the same bits on every machine."""
+    name: str = "tiny"               # the narrow model's name in its recipe
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    steps: int = 1500                # the narrow teacher's pretraining steps
+    batch: int = 64
+    lr: float = 3e-3
+    noise: float = 1e-3              # std of the seeded noise on the wide model's new weight entries
+
+
+@dataclass
 class TaskConfig:
     name: str = "distill"            # distill | reward | federated
     digits: int = 2                  # operand digits of the synthetic arithmetic language
@@ -71,6 +88,8 @@ class TaskConfig:
     eval_prompts: int = 128
     teacher_steps: int = 1500        # pretraining steps of the teacher (cached)
     student_steps: int = 200         # pretraining steps of the student base (cached)
+    teacher_init: str = "scratch"    # the teacher's pretraining starts from: scratch | grow (widened from task.grow's narrow teacher)
+    grow: GrowConfig = field(default_factory=GrowConfig)
     student_init: str = "teacher"    # the student's pretraining starts from: teacher (its weights) | scratch
     student_naive_frac: float = 0.7  # share of hard problems labelled column-by-column (no carry) in the student's pretraining; higher => weaker student
     student_lr: float = 1e-3         # peak learning rate of the student's pretraining

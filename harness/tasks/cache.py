@@ -56,6 +56,7 @@ from harness.errors import ConfigError
 RECIPE_VERSION = 1
 KINDS = ("teacher", "student")
 STUDENT_INITS = ("teacher", "scratch")
+TEACHER_INITS = ("scratch", "grow")
 _ARCH = ("name", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
          "max_positions", "vocab_size", "init_seed")
 
@@ -82,13 +83,43 @@ def recipe(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> dict:
         "batch": int(t.get("pretrain_batch", 64)),
         "lr": float(t.get("pretrain_lr", 3e-3) if kind == "teacher" else t.get("student_lr", 1e-3)),
         "seed": int(t.get("pretrain_seed", 0)) + (0 if kind == "teacher" else 1),
-        "init": "scratch" if kind == "teacher" else str(t.get("student_init", "teacher")),
+        "init": str(t.get("teacher_init", "scratch")) if kind == "teacher" else str(t.get("student_init", "teacher")),
     }
-    if out["init"] not in STUDENT_INITS:
+    if kind == "teacher" and out["init"] not in TEACHER_INITS:
+        raise ConfigError(f"task.teacher_init: {out['init']!r} is not allowed; choose one of {', '.join(TEACHER_INITS)}")
+    if kind == "teacher" and out["init"] == "grow":
+        src_model, src_task = grow_source(m, t)
+        out["grow"] = {"noise": float(t["grow"]["noise"]), "source": recipe("teacher", src_model, src_task)}
+    if kind == "student" and out["init"] not in STUDENT_INITS:
         raise ConfigError(f"task.student_init: {out['init']!r} is not allowed; choose one of {', '.join(STUDENT_INITS)}")
-    if out["init"] == "teacher":
+    if kind == "student" and out["init"] == "teacher":
         out["teacher"] = recipe("teacher", model_cfg, task_cfg)
     return out
+
+
+def grow_source(model_cfg: Mapping, task_cfg: Mapping) -> tuple[dict, dict]:
+    """(model_cfg, task_cfg) of the narrow teacher a ``teacher_init=grow`` teacher is widened from:
+    ``task.grow``'s sizes at the target's depth, trained from scratch with ``task.grow``'s steps."""
+    m, t = plain(model_cfg), plain(task_cfg)
+    g = t.get("grow") or {}
+    keys = ("hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "steps", "batch")
+    for k in keys:
+        if not isinstance(g.get(k), int) or g[k] < 1:
+            raise ConfigError(f"task.grow.{k}: {g.get(k)!r} must be a positive integer")
+    if not (isinstance(g.get("noise"), (int, float)) and g["noise"] >= 0):
+        raise ConfigError(f"task.grow.noise: {g.get('noise')!r} must be a number >= 0")
+    hd, hd2 = g["hidden_size"] // g["num_heads"], m["hidden_size"] // m["num_heads"]
+    if (g["hidden_size"] > m["hidden_size"] or g["intermediate_size"] > m["intermediate_size"]
+            or g["num_kv_heads"] > m["num_kv_heads"]
+            or g["num_heads"] // g["num_kv_heads"] > m["num_heads"] // m["num_kv_heads"] or hd % 2 or hd2 % hd):
+        raise ConfigError(f"task.grow: {g['hidden_size']}/{g['intermediate_size']}/{g['num_heads']}/{g['num_kv_heads']} "
+                          f"(hidden/MLP/heads/kv heads) cannot be widened into model {m['hidden_size']}/"
+                          f"{m['intermediate_size']}/{m['num_heads']}/{m['num_kv_heads']}: allowed are sizes no larger, "
+                          "no more kv heads or query heads per kv head, and an even head dimension dividing the model's")
+    src = {**m, "name": str(g.get("name") or "tiny"), **{k: g[k] for k in keys[:4]}}
+    task = {**t, "teacher_init": "scratch", "teacher_steps": g["steps"], "pretrain_batch": g["batch"],
+            "pretrain_lr": float(g["lr"])}
+    return src, task
 
 
 def entry_name(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> str:
@@ -180,10 +211,18 @@ def _build(kind: str, model_cfg: dict, task_cfg: dict, out: Path, progress: bool
         raise ConfigError(f"task.{kind}_steps: {r['steps']} must be >= 0")
     tok = Tokenizer.synthetic()
     lang = Arithmetic(r["digits"], r["ops"], reverse=r["reverse"])
+    grown = {}
     if r["init"] == "teacher":
         model = load_dir(pretrained("teacher", model_cfg, task_cfg, progress), torch.float32)
         for p in model.parameters():
             p.requires_grad_(True)
+    elif r["init"] == "grow":
+        from harness.tasks.grow import widen
+
+        narrow = load_dir(pretrained("teacher", *grow_source(model_cfg, task_cfg), progress), torch.float32)
+        model = widen(narrow, build_model({**model_cfg, "dtype": "float32"}, tok.vocab_size),
+                      noise=r["grow"]["noise"], seed=r["seed"])
+        grown = {"grown_accuracy": accuracy(model, tok, lang, n=512)}   # before any wide step
     else:
         model = build_model({**model_cfg, "dtype": "float32"}, tok.vocab_size)
     start = time.perf_counter()
@@ -198,7 +237,7 @@ def _build(kind: str, model_cfg: dict, task_cfg: dict, out: Path, progress: bool
         raise RuntimeError(f"pretrained {kind}: save_pretrained wrote no config.json to {out} (a non-zero "
                            "torch.distributed rank?); build the cache on rank 0: harness.tasks.cache.ensure_pretrained")
     tok.save_pretrained(out)
-    info = {"recipe": r, "accuracy": acc, "seconds": round(seconds, 2), "eval_prompts": 512}
+    info = {"recipe": r, "accuracy": acc, "seconds": round(seconds, 2), "eval_prompts": 512, **grown}
     (out / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
