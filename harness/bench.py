@@ -33,22 +33,23 @@ class Step:
 
 
 PY = sys.executable
-# The reference (make bench, ~43 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
+# The reference (make bench, ~48 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
 # full sync vs low-rank r=1 on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA
-# (SGD). At seeds 0-2: the lossless patch, the overlap mode (staleness 1) of full sync and HiLo at 100
-# Mbit/s, the quality-vs-bytes frontier (Spar at 0.5/1.6/5%, PowerSGD as itself at rank 1, top-k at
-# 1.6%), SPRA vs FedIT with AdamW (the common optimizer), SPRA's own claims as paired variants (equal
-# uplink, the lr rule at A's variance 1/r_ref, resampling); then the sparsity measurement and the SNR
-# study. Cut to fit 45 minutes (each in --full): the link-trace variants and the rest of the SPRA
-# ablations (OPTIONAL below: python -m harness.bench --only traces spra_traces spra_ablations report),
-# the overlap mode at 10 Mbit/s, PowerSGD's 1.6% rotating subset, the other budgets, the other
-# baselines with AdamW, hilo_reward, the rate x rank grid. --full runs every variant of every scenario
-# at seeds 0-4: hours.
+# (SGD). At seeds 0-2: the lossless patch, SPRA vs FedIT with AdamW (the optimizer of FedIT's own
+# code), SPRA's own claims as paired variants (equal uplink, the lr rule at A's variance 1/r_ref,
+# resampling), HiLo at LLM proportions (hilo_wide: full sync, low-rank r=1 and HiLo+Spar at 10 and 100
+# Mbit/s); then the compressor table at LLM shapes, the sparsity measurement and the SNR study. Optional steps (OPTIONAL below, run by
+# name: python -m harness.bench --only frontier overlap traces spra_traces spra_ablations report, ~36
+# min together): the tiny model's quality-vs-bytes frontier (Spar at 0.5/5%, PowerSGD as itself at
+# rank 1, top-k), the overlap mode (staleness 1) at 100 Mbit/s, the link-trace variants, the rest of
+# the SPRA ablations. Only in --full: the overlap mode at 10 Mbit/s, PowerSGD's 1.6% rotating subset,
+# the other budgets, the other baselines with AdamW, hilo_reward, the rate x rank grid. --full runs
+# every variant of every scenario at seeds 0-4: hours.
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
 THREE_SEEDS = "seeds=[0,1,2]"
 HILO_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
-HILO_MORE = ("patch_10mbit,full_sync_stale_100mbit,hilo_spar_stale_100mbit,hilo_spar_b005_10mbit,"
-             "hilo_spar_b05_10mbit,hilo_powersgd_r1_10mbit,hilo_topk_10mbit")
+FRONTIER = "hilo_spar_b005_10mbit,hilo_spar_b05_10mbit,hilo_powersgd_r1_10mbit,hilo_topk_10mbit"
+WIDE_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
 SPRA_HEADLINE = "spra,fedit,ffa,hetlora"
 SPRA_MORE = "spra_adamw,fedit_adamw"
 SPRA_CLAIMS = "spra_equal_uplink,spra_aref_linear,spra_aref_const,spra_no_resample"
@@ -57,9 +58,8 @@ STEPS = (
     Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
     Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", FULL_SEEDS, f"only=[{HILO_HEADLINE}]"),
          "HiLo+Spar vs full sync and low rank r=1 at 10 and 100 Mbit/s; on-policy distillation, 5 seeds"),
-    Step("hilo_more", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, f"only=[{HILO_MORE}]"),
-         "the lossless patch, the overlap mode (staleness 1) and the quality-vs-bytes frontier, 3 seeds",
-         full=(FULL_SEEDS,)),
+    Step("patch", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, "only=[patch_10mbit]"),
+         "the lossless bf16 patch at 10 Mbit/s, 3 seeds", full=(FULL_SEEDS,)),
     Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", FULL_SEEDS, f"only=[{SPRA_HEADLINE}]"),
          "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), 5 seeds",
          full=(FULL_SEEDS,)),
@@ -67,6 +67,13 @@ STEPS = (
          "SPRA vs FedIT with AdamW (the common optimizer), 3 seeds"),
     Step("spra_claims", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_CLAIMS}]"),
          "SPRA's own claims: equal uplink (2x ranks), the lr rule at A's variance 1/r_ref, resampling; 3 seeds"),
+    Step("hilo_wide", (PY, "-m", "harness", "scenario=hilo_wide", THREE_SEEDS, f"only=[{WIDE_HEADLINE}]"),
+         "HiLo at LLM proportions (wide model, r/d = 1/16): full sync, low-rank r=1, HiLo+Spar at 10 and 100 Mbit/s, "
+         "3 seeds (~14 min)", full=(THREE_SEEDS,)),
+    Step("compress_wide", (PY, "-m", "harness.compress.bench", "--model", "wide,small", "--steps", "20",
+                           "--csv", "results/tables/compress_wide.csv"),
+         "compressors at LLM shapes: Spar, PowerSGD (subset and as itself), top-k, rand-k, quant on real LoRA "
+         "gradients of the wide and small shapes at 0.5/1.6/5%, one process"),
     Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
          "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process"),
     Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
@@ -74,6 +81,11 @@ STEPS = (
 )
 # Optional steps: not in the reference's 45 minutes, run by name (--only traces) or by --full.
 OPTIONAL = (
+    Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, f"only=[{FRONTIER}]"),
+         "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),
+    Step("overlap", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS,
+                     "only=[full_sync_stale_100mbit,hilo_spar_stale_100mbit]"),
+         "the overlap mode (staleness 1) of full sync and HiLo+Spar at 100 Mbit/s, 3 seeds (~3.5 min)"),
     Step("traces", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, "only=[full_sync_trace,hilo_spar_trace]"),
          "full sync and HiLo+Spar on the shipped LTE-like link trace, 3 seeds (~6 min)"),
     Step("spra_traces", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, "only=[spra_trace,fedit_trace]"),

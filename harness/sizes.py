@@ -86,6 +86,33 @@ class Sizes:
     hilo_ranks: dict[str, list[int]]     # "<module>.lora_A|B" -> sorted distinct ranks (flat-spectra greedy)
     uniform_rank: int                    # the largest k every matrix can have within the budget
     assumption: str = FLAT_SPECTRA
+    projection: dict[str, Any] = field(default_factory=dict)   # --compute-s: projected update times (see project())
+
+
+ON_POLICY = ("full_sync_bf16", "full_sync_fp32", "lowrank_r1", "hilo_spar", "powersgd_r1")
+
+
+def project(s: Sizes, compute_s: float, encode_mbs: float | None = None) -> dict[str, Any]:
+    """A PROJECTION, not a measurement: the on-policy update time of each method for this model as
+    the ``model`` backend's ideal would price it: a user-given compute time per update (rollouts +
+    the learner's step, the same for every method), plus, for the compressed gradients (HiLo+Spar,
+    PowerSGD), the encode time of the bf16 adapter gradient at a user-given throughput (left out
+    when not given), plus bytes x 8 / rate (no latency, no protocol overhead). Speedups are against
+    bf16 full sync at the same rate."""
+    adapter_bf16 = 2 * s.adapter_params
+    encode = adapter_bf16 / (encode_mbs * 1e6) if encode_mbs else 0.0
+    out: dict[str, Any] = {"compute_s": compute_s, "encode_mbs": encode_mbs, "encode_s": encode,
+                           "note": "projection: user-given compute" + (", user-given encode throughput" if encode_mbs
+                                                                        else ", encode time not included")
+                                   + "; transfer = bytes x 8 / rate, no latency or protocol overhead",
+                           "rates": {}}
+    for rate in s.methods[0].seconds:
+        times = {m.method.split("@")[0]: compute_s + m.seconds[rate]
+                 + (encode if m.method.startswith(("hilo_", "powersgd")) else 0.0)
+                 for m in s.methods if m.method.split("@")[0] in ON_POLICY}
+        full = times["full_sync_bf16"]
+        out["rates"][rate] = {k: {"update_s": v, "speedup": full / v} for k, v in times.items()}
+    return out
 
 
 def model_config(preset: str | None = None, config: str | None = None):
@@ -199,6 +226,16 @@ def table(s: Sizes) -> str:
     ranks = ", ".join(f"{k}: {'/'.join(map(str, v))}" for k, v in s.hilo_ranks.items())
     lines += ["", f"HiLo+Spar at {s.budget:.3g}: ranks per matrix (greedy) {ranks}; uniform rank that fits: "
                   f"{s.uniform_rank}", f"Assumption: {s.assumption}."]
+    if s.projection:
+        p = s.projection
+        methods = list(next(iter(p["rates"].values())))
+        lines += ["", f"PROJECTED update time (s) and speedup vs bf16 full sync, compute {p['compute_s']:g} s per update"
+                      + (f", encode at {p['encode_mbs']:g} MB/s ({p['encode_s']:.3g} s)" if p["encode_mbs"] else "")
+                      + f" ({p['note']}):", "",
+                  "| rate (Mbit/s) | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
+        for rate, row in p["rates"].items():
+            lines.append(f"| {rate} | " + " | ".join(f"{row[m]['update_s']:.4g} ({row[m]['speedup']:.2f}x)"
+                                                      for m in methods) + " |")
     return "\n".join(lines)
 
 
@@ -214,8 +251,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=BUDGET,
                         help="HiLo budget, a fraction of the bf16 adapter bytes (default 0.016)")
     parser.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES_MBIT), help="Mbit/s, comma-separated")
+    parser.add_argument("--compute-s", type=float, default=None,
+                        help="PROJECTION: compute seconds per on-policy update (rollouts + learner step) on your "
+                             "hardware; adds projected update times and speedups per method and rate")
+    parser.add_argument("--encode-mbs", type=float, default=None,
+                        help="with --compute-s: the compressor's encode throughput in MB/s of bf16 gradient "
+                             "(default: encode time left out, and said)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     args = parser.parse_args(argv)
+    if args.compute_s is not None and args.compute_s < 0:
+        print(f"error: --compute-s: {args.compute_s} must be >= 0 seconds per update", file=sys.stderr)
+        return 2
+    if args.encode_mbs is not None and not args.encode_mbs > 0:
+        print(f"error: --encode-mbs: {args.encode_mbs} must be > 0 MB/s", file=sys.stderr)
+        return 2
+    if args.encode_mbs is not None and args.compute_s is None:
+        print(f"error: --encode-mbs: {args.encode_mbs} needs --compute-s (it only prices a projection)", file=sys.stderr)
+        return 2
     if args.rank < 1:
         print(f"error: --rank: {args.rank} must be an integer >= 1", file=sys.stderr)
         return 2
@@ -237,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             config = model_config(None if args.config else name, args.config)
             out.append(sizes(config, name, args.rank, args.targets.split(","), args.budget, rates))
+            if args.compute_s is not None:
+                out[-1].projection = project(out[-1], args.compute_s, args.encode_mbs)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

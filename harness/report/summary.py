@@ -342,6 +342,33 @@ def extra_sections(tables: Tables) -> list[str]:
     return out
 
 
+def compress_section(results_dir: Path) -> list[str]:
+    """summary.md's compressor comparison at LLM shapes, from ``tables/compress_wide.csv`` when present
+    (``python -m harness.compress.bench --model wide,small --csv ...``, a step of make bench)."""
+    csv = Path(results_dir) / "tables" / "compress_wide.csv"
+    if not csv.is_file():
+        return []
+    df = pd.read_csv(csv)
+    df = df[df["model"].notna()]
+    na = sorted(df.loc[df["err_1"].isna(), "compressor"].unique())
+    df = df[df["err_1"].notna()].assign(used=lambda d: d["bytes"] / d["adapter_bytes"])
+    out = ["## Compressors at LLM shapes (`tables/compress_wide.csv`)", "",
+           "Real LoRA gradients (r=64 on all seven projections) of each model's shapes, 20 consecutive steps, "
+           "one seed: the errors are deterministic, the throughputs (MB/s of bf16 gradient, one thread) are for "
+           "ratios within one run. err_1: relative error of one step; err_ef: of the running sum with error "
+           "feedback. `powersgd[subset]`: below rank 1 on every matrix, so rank 1 on a rotating subset; "
+           "`powersgd-r1`: PowerSGD at its native rank-1 cost, whatever the budget."
+           + (f" Not applicable at these budgets: {', '.join(na)}." if na else ""), ""]
+    for model, t in df.groupby("model", sort=False):
+        adapter = t["adapter_bytes"].iloc[0]
+        out += [f"{model} (adapter gradient {fmt_bytes(adapter)} in bf16):", "",
+                markdown_table(t, [("compressor", "compressor", str), ("budget", "budget", lambda v: fmt_pct(v)),
+                                   ("used", "used", lambda v: fmt_pct(v, 2)), ("err_1", "err_1", fmt_num),
+                                   ("err_ef", "err_ef", fmt_num), ("enc MB/s", "enc_mbs", lambda v: fmt_num(v, 3)),
+                                   ("dec MB/s", "dec_mbs", lambda v: fmt_num(v, 3))]), ""]
+    return out
+
+
 def plots_section(plots: PlotLog, results_dir: Path) -> list[str]:
     out = ["## Figures", ""]
     for f in plots.made:
@@ -386,7 +413,7 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
     lines += claims_section(tables, claims) + crossover_section(cross) + load_section(coll, tables)
     lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
-    lines += extra_sections(tables) + sparsity_section(coll.results_dir)
+    lines += extra_sections(tables) + sparsity_section(coll.results_dir) + compress_section(coll.results_dir)
     lines += plots_section(plots, coll.results_dir) + runs_section(coll)
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -152,3 +152,27 @@ def test_ranks_text_accepts_every_recorded_form():
 
 def test_units_in_markdown():
     assert (fmt_bytes(16_000), fmt_bytes(1_000_000), fmt_bytes(float("nan"))) == ("16 kB", "1 MB", "–")
+
+
+def test_compress_section_reads_the_wide_compressor_table(tmp_path):
+    """summary.md's "Compressors at LLM shapes": one table per model from tables/compress_wide.csv,
+    bytes used as a share of the adapter, inapplicable rows (no error) named, not tabulated."""
+    import pandas as pd
+
+    from harness.report.summary import compress_section
+
+    assert compress_section(tmp_path) == []            # no table, no section
+    (tmp_path / "tables").mkdir()
+    pd.DataFrame([
+        {"compressor": "spar", "budget": 0.016, "bytes": 372.0, "err_1": 0.65, "err_ef": 0.54, "enc_mbs": 17.9,
+         "dec_mbs": 159.0, "model": "wide", "adapter_bytes": 23250},
+        {"compressor": "quant", "budget": 0.016, "bytes": float("nan"), "err_1": float("nan"), "err_ef": float("nan"),
+         "enc_mbs": float("nan"), "dec_mbs": float("nan"), "model": "wide", "adapter_bytes": 23250},
+        {"compressor": "topk", "budget": 0.05, "bytes": 500.0, "err_1": 0.72, "err_ef": 0.49, "enc_mbs": 8.0,
+         "dec_mbs": 108.0, "model": "small", "adapter_bytes": 10000},
+    ]).to_csv(tmp_path / "tables" / "compress_wide.csv", index=False)
+    text = "\n".join(compress_section(tmp_path))
+    assert "Not applicable at these budgets: quant." in text and "| quant |" not in text
+    assert "| spar | 1.6% | 1.60% | 0.65 | 0.54 |" in text          # 372 / 23250 bytes
+    assert "| topk | 5.0% | 5.00% | 0.72 | 0.49 |" in text
+    assert text.index("wide (adapter") < text.index("small (adapter")

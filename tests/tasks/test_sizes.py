@@ -59,3 +59,31 @@ def test_powersgd_r1_bytes_equal_a_real_payload_of_those_shapes():
     grads = {n: torch.randn(*shape, generator=g) for n, shape in shapes}
     payload = build("powersgd", rank=1).encode(grads)
     assert payload.nbytes == {m.method: m.bytes for m in s.methods}["powersgd_r1"]
+
+
+def test_projection_prices_compute_encode_and_transfer(capsys):
+    """--compute-s: each on-policy method's update = compute + (compressed gradients only) encode of the
+    bf16 adapter at --encode-mbs + bytes x 8 / rate; speedup against bf16 full sync at that rate."""
+    assert main(["--preset", "llama3-8b", "--compute-s", "10", "--encode-mbs", "500", "--rates", "100,1000",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by = {m["method"].split("@")[0]: m for m in out["methods"]}
+    p = out["projection"]
+    encode = 2 * out["adapter_params"] / 500e6
+    assert abs(p["encode_s"] - encode) < 1e-12 and "projection" in p["note"]
+    row = p["rates"]["100"]
+    assert abs(row["full_sync_bf16"]["update_s"] - (10 + by["full_sync_bf16"]["bytes"] * 8 / 100e6)) < 1e-9
+    assert abs(row["lowrank_r1"]["update_s"] - (10 + by["lowrank_r1"]["bytes"] * 8 / 100e6)) < 1e-9   # no encode
+    assert abs(row["hilo_spar"]["update_s"] - (10 + encode + by["hilo_spar"]["bytes"] * 8 / 100e6)) < 1e-9
+    assert abs(row["hilo_spar"]["speedup"] - row["full_sync_bf16"]["update_s"] / row["hilo_spar"]["update_s"]) < 1e-12
+    assert "spra_ffa_uplink" not in row                      # federated uplinks are not on-policy updates
+    assert main(["--preset", "tiny", "--compute-s", "1"]) == 0
+    assert "encode time not included" in capsys.readouterr().out
+
+
+def test_projection_bad_input_is_one_line_exit_2(capsys):
+    assert main(["--preset", "tiny", "--compute-s", "-1"]) == 2
+    assert main(["--preset", "tiny", "--compute-s", "1", "--encode-mbs", "0"]) == 2
+    assert main(["--preset", "tiny", "--encode-mbs", "100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "--compute-s: -1" in err[0] and "--encode-mbs: 0" in err[1] and "needs --compute-s" in err[2]
