@@ -23,7 +23,7 @@ import pandas as pd
 from harness.report.stats import summarize
 
 STAT_SUFFIXES = ("_sd", "_n", "_ci_low", "_ci_high")
-TEXT_COLUMNS = ("quality_metric", "continuous_metric", "compute_measure", "command", "run_ids", "lr_rule",
+TEXT_COLUMNS = ("quality_metric", "continuous_metric", "compute_measure", "command", "run_ids", "lr_rule", "a_variance",
                 "optimizer", "sync_dtype", "load_notes", "base_sha256")
 
 

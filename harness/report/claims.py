@@ -194,6 +194,8 @@ def spra_lr_rule(tables: Tables) -> Found:
         const = t[(t["method"] == "spra") & (t["lr_rule"] == "const")]
         if pd.notna(r["resample_every"]):   # the ablation changes the rate rule only
             const = const[const["resample_every"].isna() | (const["resample_every"] == r["resample_every"])]
+        if "a_variance" in t:              # ... at the same variance of A (1/r_k vs 1/r_ref is its own claim)
+            const = const[const["a_variance"].fillna("").astype(str) == str(r.get("a_variance") or "")]
         if len(const) and r["lr_rule"] in ("linear", ""):
             c = const.iloc[0]
             yield f"{where}, vs {c['variant']}", diff(values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy"),

@@ -100,12 +100,19 @@ class Run:
         return bool(notes), "; ".join(notes)
 
     def bases(self) -> tuple[bool, str]:
-        """(any base rebuilt, i.e. hash differs from the shipped reference; "name:sha256[:12]" list)."""
+        """(any base rebuilt, i.e. its recipe has a shipped reference and the hash differs from it;
+        "name:sha256[:12]" list, "(rebuilt)" on those, "(local)" on bases whose recipe ships no
+        reference: built on this machine, e.g. the wide model's)."""
         bases = self.meta.get("bases")
         if not isinstance(bases, dict):
             return False, ""
-        rebuilt = any(isinstance(b, dict) and b.get("reference") is False for b in bases.values())
-        shas = ",".join(f"{name}:{str(b.get('sha256', ''))[:12]}{'' if b.get('reference', True) else '(rebuilt)'}"
+
+        def state(b: dict) -> str:
+            if b.get("reference", True):
+                return ""
+            return "rebuilt" if b.get("reference_sha256") else "local"
+        rebuilt = any(isinstance(b, dict) and state(b) == "rebuilt" for b in bases.values())
+        shas = ",".join(f"{name}:{str(b.get('sha256', ''))[:12]}{f'({state(b)})' if state(b) else ''}"
                         for name, b in sorted(bases.items()) if isinstance(b, dict))
         return rebuilt, shas
 
@@ -113,6 +120,7 @@ class Run:
         """Config knobs the tables need that rows do not carry (NaN/"" when run.json lacks them)."""
         method = self.config.get("method", {})
         return {"lr_rule": str(method.get("lr_rule") or ""),
+                "a_variance": str(method.get("a_variance") or "") if self.kind == "federated" else "",
                 "optimizer": str((self.config.get("federated") or {}).get("optimizer") or "") if self.kind == "federated"
                 else "",
                 "resample_every": float(method.get("resample_every", float("nan")) or 0),

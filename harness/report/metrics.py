@@ -414,7 +414,8 @@ def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
         keys = {k: _first(server, k) for k in FEDERATED_KEYS if k != "ranks"}
         per_run.append({**keys, "ranks": _ranks_of(run_rows), "seed": _first(server, "seed", -1), "run_id": run_id,
                         "run_ids": run_id, "command": _first(server, "command", ""),
-                        "lr_rule": _first(server, "lr_rule", ""), "resample_every": _first(server, "resample_every"),
+                        "lr_rule": _first(server, "lr_rule", ""), "a_variance": _first(server, "a_variance", ""),
+                        "resample_every": _first(server, "resample_every"),
                         # the client optimizer (federated.optimizer); a run.json without it predates the key: sgd
                         "optimizer": _first(server, "optimizer", "") or "sgd",
                         **_run_flags(server), **federated_run(run_rows)})

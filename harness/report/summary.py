@@ -219,10 +219,17 @@ def load_section(coll: Collection, tables: Tables) -> list[str]:
         out += ["Runs that started from a **rebuilt base** (SHA-256 differs from the shipped reference; their "
                 "quality is not comparable with the reference's):", ""]
         out += [f"- `{r['scenario']}/{r['run_id']}`: {r.get('base_sha256', '')}" for _, r in rebuilt.iterrows()] + [""]
-    else:
-        shas = sorted({str(v) for v in runs.get("base_sha256", pd.Series(dtype=str)).dropna() if str(v)})
+    local = runs[runs["base_sha256"].fillna("").astype(str).str.contains("(local)", regex=False)] \
+        if "base_sha256" in runs else runs.iloc[:0]
+    shipped = runs.drop(index=rebuilt.index.union(local.index))
+    if len(shipped):
+        shas = sorted({str(v) for v in shipped.get("base_sha256", pd.Series(dtype=str)).dropna() if str(v)})
         out += [f"Bases: {'; '.join(f'`{v}`' for v in shas) if shas else 'no run recorded base hashes'}"
-                f"{' (all the shipped reference)' if shas else ''}.", ""]
+                f"{' (the shipped reference)' if shas else ''}.", ""]
+    for scenario, t in local.groupby("scenario", sort=True):
+        shas = sorted({str(v) for v in t["base_sha256"]})
+        out += [f"`{scenario}` ({len(t)} runs) started from bases built on this machine (no shipped reference for "
+                f"their recipe; another machine may build other bits): {'; '.join(f'`{v}`' for v in shas)}.", ""]
     return out
 
 

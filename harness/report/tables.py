@@ -41,7 +41,8 @@ HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_
               "baseline_dtype", "command", "staleness", "trace", "efficiency", "rollout_kl"]
 HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
 SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
-SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "trace", "optimizer", "lr_rule", "resample_every",
+SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "trace", "optimizer", "lr_rule", "a_variance",
+              "resample_every",
               "uplink_frac_vs_fedit",
               "compute_frac_vs_fedit", "compute_measure", "accuracy_gain_vs_fedit", "client_compute_isolated_s",
               "client_flops", "forward_s", "backward_s", "eval_loss", "seeds", "seed_list", "loaded_runs",

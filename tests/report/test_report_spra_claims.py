@@ -33,3 +33,23 @@ def test_spra_claim_variants_are_judged_per_seed_where_both_ran():
     resample = frame.loc["accuracy - no-resample accuracy"]
     assert resample["verdict"] == "inconclusive"          # differences 0, +0.01, -0.01
     assert "accuracy - const-lr accuracy" not in frame.index   # the aref variants did not run: no line
+
+
+def test_the_lr_rule_ablation_pairs_at_the_same_variance_of_a():
+    """spra (A ~ 1/r_k, linear) against spra_const_lr (1/r_k, const), never against spra_aref_const
+    (1/r_ref, const): with SGD that one equals spra exactly (docs/federated.md), a convention, not the rule."""
+    acc = {"spra": {0: 0.80, 1: 0.81, 2: 0.82}, "spra_const_lr": {0: 0.70, 1: 0.75, 2: 0.72},
+           "spra_aref_const": {0: 0.80, 1: 0.81, 2: 0.82}}
+    rule = {"spra": ("linear", "rank"), "spra_const_lr": ("const", "rank"), "spra_aref_const": ("const", "ref")}
+    base = {"backend": "tc", "scenario": "spra_federated", "task": "federated", "rate_mbit": 20.0, "delay_ms": 0.0,
+            "trace": None, "optimizer": "sgd", "resample_every": 5, "method": "spra", "ranks": "64,32"}
+    configs = pd.DataFrame([{**base, "variant": v, "lr_rule": rule[v][0], "a_variance": rule[v][1]}
+                            for v in ("spra_aref_const", "spra", "spra_const_lr")])
+    runs = pd.DataFrame([{**base, "variant": v, "lr_rule": rule[v][0], "a_variance": rule[v][1], "seed": s,
+                          "accuracy": a} for v, per in acc.items() for s, a in per.items()])
+    empty = pd.DataFrame()
+    tables = Tables(hilo=empty, spra=configs, sweep=empty, backends=empty, spra_runs=runs)
+    specs = [s for s in SPECS if s.find.__name__ == "spra_lr_rule"]
+    row = claims_frame(tables, specs).iloc[0]
+    assert row["where"].endswith("vs spra_const_lr")
+    assert abs(row["estimate"] - (0.10 + 0.06 + 0.10) / 3) < 1e-12
