@@ -95,9 +95,9 @@ ON_POLICY = ("full_sync_bf16", "full_sync_fp32", "lowrank_r1", "hilo_spar", "pow
 def project(s: Sizes, compute_s: float, encode_mbs: float | None = None) -> dict[str, Any]:
     """A PROJECTION, not a measurement: the on-policy update time of each method for this model as
     the ``model`` backend's ideal would price it: a user-given compute time per update (rollouts +
-    the learner's step, the same for every method), plus, for the compressed gradients (HiLo+Spar,
-    PowerSGD), the encode time of the bf16 adapter gradient at a user-given throughput (left out
-    when not given), plus bytes x 8 / rate (no latency, no protocol overhead). Speedups are against
+    the learner's step, the same for every method), plus, for HiLo+Spar, the encode time of the bf16
+    adapter gradient at a user-given throughput (left out when not given; PowerSGD's row never
+    includes one), plus bytes x 8 / rate (no latency, no protocol overhead). Speedups are against
     bf16 full sync at the same rate."""
     adapter_bf16 = 2 * s.adapter_params
     encode = adapter_bf16 / (encode_mbs * 1e6) if encode_mbs else 0.0
@@ -108,7 +108,7 @@ def project(s: Sizes, compute_s: float, encode_mbs: float | None = None) -> dict
                            "rates": {}}
     for rate in s.methods[0].seconds:
         times = {m.method.split("@")[0]: compute_s + m.seconds[rate]
-                 + (encode if m.method.startswith(("hilo_", "powersgd")) else 0.0)
+                 + (encode if m.method.startswith("hilo_") else 0.0)
                  for m in s.methods if m.method.split("@")[0] in ON_POLICY}
         full = times["full_sync_bf16"]
         out["rates"][rate] = {k: {"update_s": v, "speedup": full / v} for k, v in times.items()}
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="PROJECTION: compute seconds per on-policy update (rollouts + learner step) on your "
                              "hardware; adds projected update times and speedups per method and rate")
     parser.add_argument("--encode-mbs", type=float, default=None,
-                        help="with --compute-s: the compressor's encode throughput in MB/s of bf16 gradient "
-                             "(default: encode time left out, and said)")
+                        help="with --compute-s: Spar's encode throughput in MB/s of bf16 gradient, added to "
+                             "HiLo+Spar's update (default: encode time left out, and said)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     args = parser.parse_args(argv)
     if args.compute_s is not None and args.compute_s < 0:
