@@ -95,12 +95,12 @@ ON_POLICY = ("full_sync_bf16", "full_sync_fp32", "lowrank_r1", "hilo_spar", "pow
 def project(s: Sizes, compute_s: float, encode_mbs: float | None = None) -> dict[str, Any]:
     """A PROJECTION, not a measurement: the on-policy update time of each method for this model as
     the ``model`` backend's ideal would price it: a user-given compute time per update (rollouts +
-    the learner's step, the same for every method), plus, for HiLo+Spar, the encode time of the bf16
+    the learner's step, the same for every method), plus, for HiLo+Spar, the encode time of the fp32
     adapter gradient at a user-given throughput (left out when not given; PowerSGD's row never
     includes one), plus bytes x 8 / rate (no latency, no protocol overhead). Speedups are against
     bf16 full sync at the same rate."""
-    adapter_bf16 = 2 * s.adapter_params
-    encode = adapter_bf16 / (encode_mbs * 1e6) if encode_mbs else 0.0
+    gradient_fp32 = 4 * s.adapter_params          # what the learner encodes (harness.compress.bench's MB)
+    encode = gradient_fp32 / (encode_mbs * 1e6) if encode_mbs else 0.0
     out: dict[str, Any] = {"compute_s": compute_s, "encode_mbs": encode_mbs, "encode_s": encode,
                            "note": "projection: user-given compute" + (", user-given encode throughput" if encode_mbs
                                                                         else ", encode time not included")
@@ -255,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="PROJECTION: compute seconds per on-policy update (rollouts + learner step) on your "
                              "hardware; adds projected update times and speedups per method and rate")
     parser.add_argument("--encode-mbs", type=float, default=None,
-                        help="with --compute-s: Spar's encode throughput in MB/s of bf16 gradient, added to "
+                        help="with --compute-s: Spar's encode throughput in MB/s of fp32 gradient (as "
+                             "harness.compress.bench reports it), added to "
                              "HiLo+Spar's update (default: encode time left out, and said)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     args = parser.parse_args(argv)

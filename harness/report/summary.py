@@ -361,7 +361,7 @@ def compress_section(results_dir: Path) -> list[str]:
     df = df[df["err_1"].notna()].assign(used=lambda d: d["bytes"] / d["adapter_bytes"])
     out = ["## Compressors at LLM shapes (`tables/compress_wide.csv`)", "",
            "Real LoRA gradients (r=64 on all seven projections) of each model's shapes, 20 consecutive steps, "
-           "one seed: the errors are deterministic, the throughputs (MB/s of bf16 gradient, one thread) are for "
+           "one seed: the errors are deterministic, the throughputs (MB/s of fp32 gradient, one thread) are for "
            "ratios within one run. err_1: relative error of one step; err_ef: of the running sum with error "
            "feedback. `powersgd[subset]`: below rank 1 on every matrix, so rank 1 on a rotating subset; "
            "`powersgd-r1`: PowerSGD at its native rank-1 cost, whatever the budget."
