@@ -46,12 +46,14 @@ ALLOCATORS = ("greedy", "exact")
 @dataclass
 class _Group:
     """Matrices of one shape: their indices, the batch (b, m, n), its Gram matrices (b, r, r)
-    on the gram path, and on the svd path the bases ``spectra`` returned."""
+    on the gram path, and on the svd path the bases ``spectra`` returned; ``vectors``: the Gram
+    matrices' eigenvectors when ``_energies`` computed them for every matrix."""
     idx: list[int]
     batch: torch.Tensor
     gram: torch.Tensor | None
     left: torch.Tensor | None = None
     right: torch.Tensor | None = None
+    vectors: torch.Tensor | None = None
 SVD_METHODS = ("gram", "svd")
 
 
@@ -129,8 +131,11 @@ class Spar(BaseCompressor):
 
         matrices = [i for i, s in enumerate(shapes) if s]
         groups = self._groups(tensors, entries, matrices)
-        energy = self._energies(groups)                          # every matrix: eigenvalues only
         costs = [factors.rank_nbytes(*shapes[i], self.dtype) for i in matrices]
+        # Where the budget buys rank 1 for every matrix (LLM proportions), nearly every matrix needs
+        # its eigenvectors anyway: one eigh per group then gives values and vectors at once. Below
+        # that (the tiny model at 1.6%), eigenvalues for all and vectors only where rank > 0.
+        energy = self._energies(groups, vectors=budget - fixed >= sum(costs))
         allocate = allocate_exact if self.allocator == "exact" else allocate_greedy
         ranks = dict(zip(matrices, allocate([energy[i] for i in matrices], costs, budget - fixed)))
         pairs = self._factors(groups, ranks)                     # bases only where rank > 0
@@ -162,17 +167,21 @@ class Spar(BaseCompressor):
             groups.append(_Group(idx, batch, gram))
         return groups
 
-    def _energies(self, groups: list[_Group]) -> dict[int, np.ndarray]:
+    def _energies(self, groups: list[_Group], vectors: bool = False) -> dict[int, np.ndarray]:
         """Per matrix index: its spectral energies (squared singular values), descending, float64.
 
         gram: ``eigvalsh`` of the Gram matrix, no eigenvectors (several times cheaper than
-        ``eigh``; only the few matrices that get a rank need vectors, see ``_factors``).
+        ``eigh``; only the few matrices that get a rank need vectors, see ``_factors``); with
+        ``vectors``, one ``eigh`` whose vectors ``_factors`` reuses.
         svd: the reference path, whose bases are kept for ``_factors``.
         """
         energy = {}
         for g in groups:
             if g.gram is None:
                 e, g.left, g.right = spectra(g.batch, "svd")
+            elif vectors:
+                lam, g.vectors = torch.linalg.eigh(g.gram)
+                e = lam.flip(-1).clamp_min(0)
             else:
                 e = torch.linalg.eigvalsh(g.gram).flip(-1).clamp_min(0)
             values = e.double().cpu().numpy()
@@ -192,13 +201,16 @@ class Spar(BaseCompressor):
                     out[i] = (g.left[j][:, :ranks[i]], g.right[j][:, :ranks[i]])
                 continue
             chosen = [j for j, i in enumerate(g.idx) if ranks[i] > 0]
-            vectors = torch.linalg.eigh(g.gram[chosen])[1] if chosen else None
+            if g.vectors is not None:                  # from _energies: every matrix of the group
+                vectors, row = g.vectors, list(range(len(g.idx)))
+            else:
+                vectors, row = (torch.linalg.eigh(g.gram[chosen])[1] if chosen else None), chosen
             for j, i in enumerate(g.idx):
                 k = ranks[i]
                 if k == 0:
                     out[i] = (g.batch.new_zeros(m, 0), g.batch.new_zeros(n, 0))
                     continue
-                basis = vectors[chosen.index(j)][:, -k:].flip(-1)          # top k, descending
+                basis = vectors[row.index(j)][:, -k:].flip(-1)              # top k, descending
                 mat = g.batch[j]
                 out[i] = (basis, mat.mT @ basis) if m <= n else (mat @ basis, basis)
         return out

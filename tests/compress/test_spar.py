@@ -118,3 +118,26 @@ def test_zero_gradient_ships_nothing_and_decodes_to_zero():
     payload = comp.encode(zeros)
     assert payload.info["ranks"] == {"a": 0, "b": 0}
     assert all(torch.equal(t, torch.zeros_like(t)) for t in comp.decode(payload).values())
+
+
+def test_both_gram_paths_ship_the_svd_reference_ranks_and_factors(grads, monkeypatch):
+    """Below a rank-1-everywhere budget Spar takes eigenvalues first and eigenvectors only where
+    rank > 0; at or above it, one eigh per shape (also when the greedy still gives a matrix rank
+    0). Either way: the energy the svd reference keeps and its reconstruction error."""
+    from harness.compress.spar import Spar
+
+    paths = []
+    energies = Spar._energies
+    monkeypatch.setattr(Spar, "_energies", lambda self, groups, vectors=False:
+                        paths.append((self.svd, vectors)) or energies(self, groups, vectors))
+    for budget in (0.1, 0.4, 0.6):
+        gram = build("spar", budget=budget)
+        ref = build("spar", budget=budget, svd="svd")
+        a, b = gram.encode(grads), ref.encode(grads)
+        # near-equal energies of two matrices may be ordered differently by eigvalsh and svd,
+        # so the allocation is compared by what it keeps, not matrix by matrix
+        assert abs(a.info["energy_kept"] - b.info["energy_kept"]) < 1e-5, budget
+        assert abs(rel_error(grads, gram.decode(a)) - rel_error(grads, ref.decode(b))) < 1e-3, budget
+        if budget == 0.4:
+            assert 0 in a.info["ranks"].values()
+    assert [v for svd, v in paths if svd == "gram"] == [False, True, True]
