@@ -33,13 +33,13 @@ class Step:
 
 
 PY = sys.executable
-# The reference (make bench, ~48 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
+# The reference (make bench, ~49 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
 # full sync vs low-rank r=1 on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA
 # (SGD). At seeds 0-2: the lossless patch, SPRA vs FedIT with AdamW (the optimizer of FedIT's own
 # code), SPRA's own claims as paired variants (equal uplink, the lr rule at A's variance 1/r_ref,
 # resampling), HiLo at LLM proportions (hilo_wide: full sync, low-rank r=1 and HiLo+Spar at 10 and 100
 # Mbit/s); then the compressor table at LLM shapes, the sparsity measurement and the SNR study. Optional steps (OPTIONAL below, run by
-# name: python -m harness.bench --only frontier overlap traces spra_traces spra_ablations report, ~36
+# name: python -m harness.bench --only frontier overlap traces spra_traces spra_ablations report, ~26
 # min together): the tiny model's quality-vs-bytes frontier (Spar at 0.5/5%, PowerSGD as itself at
 # rank 1, top-k), the overlap mode (staleness 1) at 100 Mbit/s, the link-trace variants, the rest of
 # the SPRA ablations. Only in --full: the overlap mode at 10 Mbit/s, PowerSGD's 1.6% rotating subset,
@@ -79,7 +79,7 @@ STEPS = (
     Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
     Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs"),
 )
-# Optional steps: not in the reference's 45 minutes, run by name (--only traces) or by --full.
+# Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = (
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, f"only=[{FRONTIER}]"),
          "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),

@@ -205,7 +205,7 @@ def spra_lr_rule(tables: Tables) -> Found:
 def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
     """SPRA's own claims as paired variants of one scenario (docs/federated.md, "SPRA's claims"):
     per (scenario, backend, client optimizer), the per-seed accuracy of variant ``mine`` minus
-    that of ``theirs``, where both ran (they are --full variants of spra_federated)."""
+    that of ``theirs``, where both ran (make bench's spra_claims step runs them)."""
     def find(tables: Tables) -> Found:
         for where, _, t in _spra_configs(tables):
             a, b = t[t["variant"] == mine], t[t["variant"] == theirs]

@@ -111,10 +111,10 @@ class Run:
             if b.get("reference", True):
                 return ""
             return "rebuilt" if b.get("reference_sha256") else "local"
-        rebuilt = any(isinstance(b, dict) and state(b) == "rebuilt" for b in bases.values())
-        shas = ",".join(f"{name}:{str(b.get('sha256', ''))[:12]}{f'({state(b)})' if state(b) else ''}"
-                        for name, b in sorted(bases.items()) if isinstance(b, dict))
-        return rebuilt, shas
+        states = {name: state(b) for name, b in sorted(bases.items()) if isinstance(b, dict)}
+        shas = ",".join(f"{name}:{str(bases[name].get('sha256', ''))[:12]}{f'({s})' if s else ''}"
+                        for name, s in states.items())
+        return "rebuilt" in states.values(), shas
 
     def config_columns(self) -> dict[str, Any]:
         """Config knobs the tables need that rows do not carry (NaN/"" when run.json lacks them)."""

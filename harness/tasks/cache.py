@@ -48,6 +48,7 @@ import torch
 from harness.tasks.arith import Arithmetic
 from harness.tasks.bases import describe, shipped
 from harness.tasks.data import encode_prompts, prompt_attention, sft_batch, sft_loss, correct
+from harness.tasks.grow import shape_problem, widen
 from harness.tasks.models import build_model, hf_dir, load_dir, model_dtype, plain
 from harness.tasks.rollouts import generate
 from harness.tasks.tokenizer import Tokenizer
@@ -85,14 +86,12 @@ def recipe(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> dict:
         "seed": int(t.get("pretrain_seed", 0)) + (0 if kind == "teacher" else 1),
         "init": str(t.get("teacher_init", "scratch")) if kind == "teacher" else str(t.get("student_init", "teacher")),
     }
-    if kind == "teacher" and out["init"] not in TEACHER_INITS:
-        raise ConfigError(f"task.teacher_init: {out['init']!r} is not allowed; choose one of {', '.join(TEACHER_INITS)}")
-    if kind == "teacher" and out["init"] == "grow":
-        src_model, src_task = grow_source(m, t)
-        out["grow"] = {"noise": float(t["grow"]["noise"]), "source": recipe("teacher", src_model, src_task)}
-    if kind == "student" and out["init"] not in STUDENT_INITS:
-        raise ConfigError(f"task.student_init: {out['init']!r} is not allowed; choose one of {', '.join(STUDENT_INITS)}")
-    if kind == "student" and out["init"] == "teacher":
+    allowed = TEACHER_INITS if kind == "teacher" else STUDENT_INITS
+    if out["init"] not in allowed:
+        raise ConfigError(f"task.{kind}_init: {out['init']!r} is not allowed; choose one of {', '.join(allowed)}")
+    if out["init"] == "grow":                          # a teacher widened from a narrow one
+        out["grow"] = {"noise": float(t["grow"]["noise"]), "source": recipe("teacher", *grow_source(m, t))}
+    elif kind == "student" and out["init"] == "teacher":
         out["teacher"] = recipe("teacher", model_cfg, task_cfg)
     return out
 
@@ -102,21 +101,17 @@ def grow_source(model_cfg: Mapping, task_cfg: Mapping) -> tuple[dict, dict]:
     ``task.grow``'s sizes at the target's depth, trained from scratch with ``task.grow``'s steps."""
     m, t = plain(model_cfg), plain(task_cfg)
     g = t.get("grow") or {}
-    keys = ("hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "steps", "batch")
-    for k in keys:
+    dims = ("hidden_size", "intermediate_size", "num_heads", "num_kv_heads")
+    for k in dims + ("steps", "batch"):
         if not isinstance(g.get(k), int) or g[k] < 1:
             raise ConfigError(f"task.grow.{k}: {g.get(k)!r} must be a positive integer")
     if not (isinstance(g.get("noise"), (int, float)) and g["noise"] >= 0):
         raise ConfigError(f"task.grow.noise: {g.get('noise')!r} must be a number >= 0")
-    hd, hd2 = g["hidden_size"] // g["num_heads"], m["hidden_size"] // m["num_heads"]
-    if (g["hidden_size"] > m["hidden_size"] or g["intermediate_size"] > m["intermediate_size"]
-            or g["num_kv_heads"] > m["num_kv_heads"]
-            or g["num_heads"] // g["num_kv_heads"] > m["num_heads"] // m["num_kv_heads"] or hd % 2 or hd2 % hd):
-        raise ConfigError(f"task.grow: {g['hidden_size']}/{g['intermediate_size']}/{g['num_heads']}/{g['num_kv_heads']} "
-                          f"(hidden/MLP/heads/kv heads) cannot be widened into model {m['hidden_size']}/"
-                          f"{m['intermediate_size']}/{m['num_heads']}/{m['num_kv_heads']}: allowed are sizes no larger, "
-                          "no more kv heads or query heads per kv head, and an even head dimension dividing the model's")
-    src = {**m, "name": str(g.get("name") or "tiny"), **{k: g[k] for k in keys[:4]}}
+    problem = shape_problem(tuple(g[k] for k in dims), tuple(m[k] for k in dims))
+    if problem:
+        raise ConfigError(f"task.grow: {'/'.join(str(g[k]) for k in dims)} (hidden/MLP/heads/kv heads) cannot be "
+                          f"widened into model {'/'.join(str(m[k]) for k in dims)}: {problem}")
+    src = {**m, "name": str(g.get("name") or "tiny"), **{k: g[k] for k in dims}}
     task = {**t, "teacher_init": "scratch", "teacher_steps": g["steps"], "pretrain_batch": g["batch"],
             "pretrain_lr": float(g["lr"])}
     return src, task
@@ -217,8 +212,6 @@ def _build(kind: str, model_cfg: dict, task_cfg: dict, out: Path, progress: bool
         for p in model.parameters():
             p.requires_grad_(True)
     elif r["init"] == "grow":
-        from harness.tasks.grow import widen
-
         narrow = load_dir(pretrained("teacher", *grow_source(model_cfg, task_cfg), progress), torch.float32)
         model = widen(narrow, build_model({**model_cfg, "dtype": "float32"}, tok.vocab_size),
                       noise=r["grow"]["noise"], seed=r["seed"])

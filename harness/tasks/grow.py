@@ -36,9 +36,24 @@ import math
 import torch
 
 
+def shape_problem(src: tuple[int, int, int, int], dst: tuple[int, int, int, int]) -> str | None:
+    """Why a Llama of (hidden, MLP, heads, kv heads) ``src`` cannot be widened into ``dst``, or None.
+    The one rule for ``widen`` and for the config check before launch (``cache.grow_source``)."""
+    (d, f, h, kv), (d2, f2, h2, kv2) = src, dst
+    if d2 < d or f2 < f:
+        return f"hidden {d} -> {d2}, MLP {f} -> {f2} must not shrink"
+    if kv2 < kv or h2 // kv2 < h // kv:
+        return f"heads {h}/{kv} -> {h2}/{kv2}: the target needs at least as many kv heads and query heads per kv head"
+    if (d // h) % 2 or (d2 // h2) % (d // h):
+        return f"head dimension {d // h} -> {d2 // h2}: the target must be a multiple of an even source"
+    return None
+
+
+def _dims(config) -> tuple[int, int, int, int]:
+    return config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_key_value_heads
+
+
 def _rope_map(d_src: int, d_dst: int) -> torch.Tensor:
-    if d_dst % d_src or d_src % 2:
-        raise ValueError(f"head dimension {d_src} -> {d_dst}: the target must be a multiple of an even source")
     half, k = d_src // 2, d_dst // d_src
     j = torch.arange(d_src)
     return (j % half) * k + (j >= half).long() * (d_dst // 2)
@@ -48,9 +63,6 @@ def _heads(src, dst) -> tuple[torch.Tensor, torch.Tensor]:
     """Target index of each source query head and each source kv head."""
     h, kv = src.num_attention_heads, src.num_key_value_heads
     h2, kv2 = dst.num_attention_heads, dst.num_key_value_heads
-    if kv2 < kv or h2 // kv2 < h // kv:
-        raise ValueError(f"heads {h}/{kv} -> {h2}/{kv2}: the target needs at least as many kv heads and "
-                         "query heads per kv head")
     q = torch.tensor([(i // (h // kv)) * (h2 // kv2) + i % (h // kv) for i in range(h)])
     return q, torch.arange(kv)
 
@@ -68,10 +80,11 @@ def widen(source, target, noise: float = 0.0, seed: int = 0):
     if s.num_hidden_layers != t.num_hidden_layers or s.vocab_size != t.vocab_size:
         raise ValueError(f"grow: depth {s.num_hidden_layers} -> {t.num_hidden_layers} and vocabulary "
                          f"{s.vocab_size} -> {t.vocab_size} must match")
+    problem = shape_problem(_dims(s), _dims(t))
+    if problem:
+        raise ValueError(f"grow: {problem}")
     d, d2 = s.hidden_size, t.hidden_size
     hd, hd2 = d // s.num_attention_heads, d2 // t.num_attention_heads
-    if d2 < d or t.intermediate_size < s.intermediate_size:
-        raise ValueError(f"grow: hidden {d} -> {d2}, MLP {s.intermediate_size} -> {t.intermediate_size} must not shrink")
     rope = _rope_map(hd, hd2)
     qh, kvh = _heads(s, t)
     q_rows, kv_rows = _index(qh, rope, hd2), _index(kvh, rope, hd2)
@@ -81,29 +94,24 @@ def widen(source, target, noise: float = 0.0, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
 
     def put(dst: torch.Tensor, src: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor | None, scale: float = 1.0):
-        new = torch.ones_like(dst, dtype=torch.bool)
-        if cols is None:
-            new[rows] = False
-        else:
-            new[rows[:, None], cols[None, :]] = False
-        fill = torch.zeros(dst.shape, dtype=torch.float32)
-        if noise > 0:
-            fill = torch.randn(dst.shape, generator=gen) * noise
-        out = torch.where(new, fill, torch.zeros_like(fill))
+        """Noise (or zeros) everywhere, then the source's entries where they go."""
+        out = torch.randn(dst.shape, generator=gen) * noise if noise > 0 else torch.zeros(dst.shape)
         if cols is None:
             out[rows] = src.float() * scale
         else:
             out[rows[:, None], cols[None, :]] = src.float() * scale
         dst.copy_(out.to(dst.dtype))
 
+    def put_norm(dst: torch.Tensor, src: torch.Tensor):
+        dst.fill_(norm)
+        dst[live] = src * norm
+
     sm, tm = source.model, target.model
     put(tm.embed_tokens.weight.T, sm.embed_tokens.weight.T, live, None)
     put(target.lm_head.weight.T, source.lm_head.weight.T, live, None)
     for a, b in zip(sm.layers, tm.layers):
         for n in ("input_layernorm", "post_attention_layernorm"):
-            w = getattr(b, n).weight
-            w.fill_(norm)
-            w[live] = getattr(a, n).weight * norm
+            put_norm(getattr(b, n).weight, getattr(a, n).weight)
         put(b.self_attn.q_proj.weight, a.self_attn.q_proj.weight, q_rows, live, math.sqrt(hd2 / hd))
         put(b.self_attn.k_proj.weight, a.self_attn.k_proj.weight, kv_rows, live)
         put(b.self_attn.v_proj.weight, a.self_attn.v_proj.weight, v_rows, live)
@@ -111,6 +119,5 @@ def widen(source, target, noise: float = 0.0, seed: int = 0):
         put(b.mlp.gate_proj.weight, a.mlp.gate_proj.weight, mlp, live)
         put(b.mlp.up_proj.weight, a.mlp.up_proj.weight, mlp, live)
         put(b.mlp.down_proj.weight, a.mlp.down_proj.weight, live, mlp)
-    tm.norm.weight.fill_(norm)
-    tm.norm.weight[live] = sm.norm.weight * norm
+    put_norm(tm.norm.weight, sm.norm.weight)
     return target
