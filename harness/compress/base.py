@@ -143,14 +143,16 @@ class BaseCompressor:
                                       f"got {getattr(t, 'dtype', type(t).__name__)}")
             if t.numel() == 0:
                 raise CompressorError(f"{self.name}.encode: tensor {name!r} is empty (shape {tuple(t.shape)})")
-        # one pass per tensor: the float64 sum is finite iff every element is (NaN and inf propagate;
-        # fp32 values cannot overflow a float64 sum). 8x cheaper on CPU than the inf-norm it replaces.
+        # one pass per tensor, no copy: a finite sum means every element is finite (NaN and inf
+        # propagate); a sum that is not finite may be an overflow of finite values, so those
+        # tensors alone are checked element by element. 4x cheaper on CPU than a float64 sum,
+        # 30x than the inf-norm.
         detached = [t.detach() for t in tensors.values()]
-        peaks = torch.stack([t.sum(dtype=torch.float64).cpu() for t in detached])
-        bad = (~torch.isfinite(peaks)).nonzero().flatten().tolist()
-        if bad:
-            name = list(tensors)[bad[0]]
-            raise CompressorError(f"{self.name}.encode: tensor {name!r} has NaN or inf values")
+        sums = torch.stack([t.sum().cpu() for t in detached])
+        for j in (~torch.isfinite(sums)).nonzero().flatten().tolist():
+            if not bool(torch.isfinite(detached[j]).all()):
+                name = list(tensors)[j]
+                raise CompressorError(f"{self.name}.encode: tensor {name!r} has NaN or inf values")
         return dict(zip(tensors, detached))
 
     def _payload(self, entries: list[TensorEntry], records: list, step: int, meta: dict[str, Any],

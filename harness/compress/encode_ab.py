@@ -1,8 +1,10 @@
 """A/B of Spar's and PowerSGD's encode time in one process, one thread: the current code ("new")
-against the behaviour before issue 15's encode changes ("old": the inf-norm finiteness check of
-every tensor, and eigvalsh for every matrix then eigh for those that get a rank, at any budget),
-restored by monkeypatching; alternated three times over 20 real LoRA gradients of the tiny and
-wide shapes. Figures: docs/compress.md, "Encode speed".
+against the behaviour before the last encode change ("old": the float64-sum finiteness check of
+every tensor, restored by monkeypatching, and Spar's exact ``svd="gram"`` spectra instead of the
+default sketch), alternated three times over 20 real LoRA gradients (seed 0) of the tiny and
+wide shapes; with the error each Spar variant leaves (err_1, err_ef as in harness.compress.bench)
+on the same gradients, since a faster encode is only worth having at the same error.
+Figures: docs/compress.md, "Encode speed".
 
     python -m harness.compress.encode_ab
 """
@@ -14,54 +16,58 @@ from contextlib import contextmanager
 
 import torch
 
+VARIANTS = {"spar": {"budget": 0.016}, "powersgd": {"rank": 1}}
+OLD_OPTIONS = {"spar": {"svd": "gram"}, "powersgd": {}}
+
 
 @contextmanager
-def old_behaviour(enabled: bool):
-    from harness.compress import base, spar
+def old_check(enabled: bool):
+    from harness.compress import base
 
-    energies, prepare = spar.Spar._energies, base.BaseCompressor._prepare
+    prepare = base.BaseCompressor._prepare
 
-    def old_energies(self, groups, vectors=False):
-        return energies(self, groups, False)
-
-    def old_prepare(self, tensors, step):
-        detached = [t.detach() for t in tensors.values()]
-        torch.stack([p.float().cpu() for p in torch._foreach_norm(detached, float("inf"))])
+    def float64_check(self, tensors, step):
+        sums = torch.stack([t.detach().sum(dtype=torch.float64).cpu() for t in tensors.values()])
+        torch.isfinite(sums).all()
         return prepare(self, tensors, step)
 
     if enabled:
-        spar.Spar._energies, base.BaseCompressor._prepare = old_energies, old_prepare
+        base.BaseCompressor._prepare = float64_check
     try:
         yield
     finally:
-        spar.Spar._energies, base.BaseCompressor._prepare = energies, prepare
+        base.BaseCompressor._prepare = prepare
 
 
 def main() -> int:
-    from harness.compress import build
-    from harness.compress.bench import lora_gradients
+    from harness.compress import bench, build
 
     torch.set_num_threads(1)
     for model in ("tiny", "wide"):
-        grads = lora_gradients(steps=20, model=model)
+        grads = bench.lora_gradients(steps=20, model=model)
         mb = 4 * sum(t.numel() for t in grads[0].values()) / 1e6
         times: dict[tuple[str, bool], list[float]] = {}
         for _ in range(3):
             for old in (True, False):
-                with old_behaviour(old):
-                    for name, kw in (("spar", {"budget": 0.016}), ("powersgd", {"rank": 1})):
-                        c = build(name, seed=0, **kw)
+                with old_check(old):
+                    for name, kw in VARIANTS.items():
+                        c = build(name, seed=0, **kw, **(OLD_OPTIONS[name] if old else {}))
                         for s, g in enumerate(grads):
                             t0 = time.perf_counter()
                             c.encode(g, s)
                             times.setdefault((name, old), []).append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
-        for name in ("spar", "powersgd"):
+        for name in VARIANTS:
             o, n = med[(name, True)], med[(name, False)]
             print(f"{model} {name}: old {o * 1e3:.2f} ms ({mb / o:.0f} MB/s)  new {n * 1e3:.2f} ms "
                   f"({mb / n:.0f} MB/s)  x{o / n:.2f}")
         print(f"{model} spar/powersgd time: old {med[('spar', True)] / med[('powersgd', True)]:.2f}  "
               f"new {med[('spar', False)] / med[('powersgd', False)]:.2f}")
+        for label, opts in (("old (gram)", {"svd": "gram"}), ("new (sketch)", {})):
+            bench.VARIANTS["_ab"] = {"name": "spar", **opts}
+            row = bench.evaluate("_ab", 0.016, grads)
+            print(f"{model} spar {label}: err_1 {row.err_1:.4f}  err_ef {row.err_ef:.4f}")
+        bench.VARIANTS.pop("_ab", None)
     return 0
 
 

@@ -100,6 +100,10 @@ def test_randk_unbiased_option_scales_and_topk_keeps_the_largest():
     ({"budget_bytes": 0}, "compressor.budget_bytes: 0"),
     ({"budget": 0.1, "dtype": "fp8"}, "compressor.dtype (for spar): 'fp8' is not allowed; choose one of"),
     ({"budget": 0.1, "allocator": "best"}, "compressor.options.allocator: 'best'"),
+    ({"budget": 0.1, "svd": "lanczos"}, "compressor.options.svd: 'lanczos' is not allowed; choose one of sketch"),
+    ({"budget": 0.1, "sketch_columns": 0}, "compressor.options.sketch_columns: 0 is not allowed; an integer >= 1"),
+    ({"budget": 0.1, "sketch_columns": True}, "compressor.options.sketch_columns: True is not allowed"),
+    ({"budget": 0.1, "sketch_power": -1}, "compressor.options.sketch_power: -1 is not allowed; an integer >= 0"),
     ({"budget": 0.1, "typo_option": 1}, "compressor.options: 'typo_option' is not an option of spar"),
     ({}, "compressor.budget: None; spar needs a budget"),
 ])
@@ -121,9 +125,18 @@ def test_bad_inputs_are_rejected(name):
     comp = build(name, **options(name))
     for bad, words in [({}, "non-empty dict"), ({"w": torch.zeros(0, 3)}, "'w' is empty"),
                        ({"w": torch.ones(2, 2, dtype=torch.int64)}, "floating-point"),
-                       ({"w": torch.tensor([[1.0, float("nan")]])}, "NaN")]:
+                       ({"w": torch.tensor([[1.0, float("nan")]])}, "NaN"),
+                       ({"w": torch.tensor([[3e38, float("inf")], [1.0, 2.0]])}, "'w' has NaN or inf")]:
         with pytest.raises(CompressorError, match=words):
             comp.encode(bad)
+
+
+def test_the_finiteness_check_accepts_finite_values_whose_float32_sum_overflows():
+    """(Encoding them is another matter: Spar's Gram matrices overflow long before.)"""
+    big = {"w": torch.full((64, 64), 3e38), "v": torch.randn(64, 64)}
+    assert not torch.isfinite(big["w"].sum())
+    prepared = build("identity")._prepare(big, 0)
+    assert all(prepared[n] is not big[n] and torch.equal(prepared[n], big[n]) for n in big)
 
 
 def test_a_budget_below_the_header_or_quant_floor_says_what_to_do(grads):

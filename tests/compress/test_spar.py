@@ -128,10 +128,10 @@ def test_both_gram_paths_ship_the_svd_reference_ranks_and_factors(grads, monkeyp
 
     paths = []
     energies = Spar._energies
-    monkeypatch.setattr(Spar, "_energies", lambda self, groups, vectors=False:
-                        paths.append((self.svd, vectors)) or energies(self, groups, vectors))
+    monkeypatch.setattr(Spar, "_energies", lambda self, groups, step, vectors=False:
+                        paths.append((self.svd, vectors)) or energies(self, groups, step, vectors))
     for budget in (0.1, 0.4, 0.6):
-        gram = build("spar", budget=budget)
+        gram = build("spar", budget=budget, svd="gram")
         ref = build("spar", budget=budget, svd="svd")
         a, b = gram.encode(grads), ref.encode(grads)
         # near-equal energies of two matrices may be ordered differently by eigvalsh and svd,
@@ -141,3 +141,50 @@ def test_both_gram_paths_ship_the_svd_reference_ranks_and_factors(grads, monkeyp
         if budget == 0.4:
             assert 0 in a.info["ranks"].values()
     assert [v for svd, v in paths if svd == "gram"] == [False, True, True]
+
+
+def test_sketch_ritz_values_are_lower_bounds_and_find_the_top_of_a_decaying_spectrum():
+    """The sketch's energies for one matrix never exceed the exact top-k (Ritz values of a
+    subspace interlace), and on a decaying spectrum its top ones are the exact ones."""
+    from harness.compress.spar import Spar, _gram
+
+    g = torch.Generator().manual_seed(4)
+    for shape in [(32, 96), (120, 24)]:
+        batch = torch.stack([lowrank(*shape, 0.7, g) for _ in range(3)])
+        energy, total, vectors = Spar(budget=0.1)._sketch(_gram(batch), step=0)
+        exact = torch.linalg.eigvalsh(_gram(batch)).flip(-1)
+        q = energy.shape[-1]
+        assert q == 8 and vectors.shape == (3, min(shape), 8)
+        assert torch.allclose(vectors.mT @ vectors, torch.eye(8).expand(3, 8, 8), atol=1e-5)
+        assert torch.all(energy <= exact[:, :q] * (1 + 1e-4) + 1e-6)
+        assert torch.allclose(energy[:, :3], exact[:, :3], rtol=1e-3)
+        assert torch.allclose(total, batch.square().sum((-2, -1)), rtol=1e-4)
+
+
+def test_sketch_ships_what_exact_spectra_ship_within_a_small_error():
+    grads = lora_like(seed=3, r=32, d=96, ffn=160)
+    for budget in (0.02, 0.1):
+        sketch, exact = build("spar", budget=budget), build("spar", budget=budget, svd="gram")
+        a, b = sketch.encode(grads, 5), exact.encode(grads, 5)
+        assert a.nbytes <= a.info["budget_bytes"] and max(a.info["ranks"].values()) > 0
+        assert a.info["energy_kept"] <= b.info["energy_kept"] + 1e-6
+        assert a.info["energy_kept"] >= 0.97 * b.info["energy_kept"]
+        assert rel_error(grads, sketch.decode(a)) <= 1.02 * rel_error(grads, exact.decode(b))
+        assert a.to_bytes() == build("spar", budget=budget).encode(grads, 5).to_bytes()   # seeded
+
+
+def test_a_sketched_matrix_that_gets_every_direction_found_is_redone_exactly():
+    """At a budget that buys full rank everywhere every sketched matrix saturates its 8
+    directions, moves to an exact eigh, and gets the exact path's rank (every direction with
+    energy; these B-gradients have rank < 16) and its reconstruction (fp32 Gram matrices leave
+    ~5e-5 of the directions they drop as near-zero)."""
+    grads = lora_like(seed=2, r=16, d=48, ffn=80)
+    big = 10 * 4 * sum(t.numel() for t in grads.values())
+    comp = build("spar", budget_bytes=big, dtype="fp32")
+    payload = comp.encode(grads)
+    gram = build("spar", budget_bytes=big, dtype="fp32", svd="gram")
+    exact = gram.encode(grads)
+    assert payload.info["ranks"] == exact.info["ranks"]
+    assert min(payload.info["ranks"].values()) > 8
+    assert rel_error(grads, comp.decode(payload)) == pytest.approx(rel_error(grads, gram.decode(exact)), rel=1e-3)
+    assert rel_error(grads, comp.decode(payload)) < 1e-4
