@@ -10,18 +10,22 @@ shipped dense (bf16, or the wire dtype when it is a float type) and counted firs
 Byte accounting: budget >= header + dense tensors + sum_i k_i * rank_nbytes(m_i, n_i); the header
 (payload.py) does not depend on the ranks, so it is known before allocation.
 
-Fast spectra for thin LoRA gradients (A-grad r x d_in, B-grad d_out x r, r << d): the default
-`svd="gram"` forms the small Gram matrix (M M^T if m <= n else M^T M) of every matrix, batched
-by shape, takes only its EIGENVALUES (`eigvalsh`) for the allocation, and then eigenvectors
-(`eigh`, batched) only for the matrices that got rank > 0 (at a 1.6% budget on the tiny model
-4 of 28 matrices; eigvalsh of a 64 x 64 batch is ~8x cheaper than eigh here), and ships the
-projection form on k columns: for m <= n, P = U_k and Q = M^T U_k, so that
-P Q^T = U_k U_k^T M; for m > n, P = M V_k and Q = V_k. No division by sigma, so tiny singular
-values cost no accuracy, and the result is the best rank-k approximation for the eigenvectors
-found. Measured on this machine's 2-core CPU (batch of 8, fp32): 64x256 gram+eigh 2.2 ms vs
-torch.linalg.svd(full_matrices=False) 14 ms; 64x512 1.8 vs 27 ms; 512x64 2.0 vs 7 ms; 64x4096
-4.2 vs 70 ms. LAPACK's gesdd works on the full thin matrix; eigh only on r x r. `svd="svd"` is
-kept as the reference (and for benchmarks: `python -m harness.compress.bench` times both).
+Spectra of thin LoRA gradients (A-grad r x d_in, B-grad d_out x r, r << d) come from the small
+Gram matrix G (M M^T if m <= n else M^T M, r x r) of every matrix, batched by shape, and the
+factors take the projection form on k columns: for m <= n, P = U_k and Q = M^T U_k, so that
+P Q^T = U_k U_k^T M; for m > n, P = M V_k and Q = V_k (no division by sigma, so tiny singular
+values cost no accuracy; the best rank-k approximation for the directions found).
+- ``svd="sketch"`` (default): the top ``sketch_columns`` (8) directions of G by randomized
+  subspace iteration (``sketch_power`` = 3 products with G, then Rayleigh-Ritz on q x q), all
+  Gram matrices of one size in one batch; a matrix allocated all 8 gets an exact ``eigh`` and
+  the allocation is redone. The energies are Ritz values: what the shipped directions keep.
+  Same err_1 / err_ef as ``gram`` within 0.3% on real LoRA gradients, 2.3x faster on the tiny
+  model (docs/compress.md, "Encode speed").
+- ``svd="gram"``: ``eigvalsh`` of every G for the allocation, then ``eigh`` (batched) only for
+  the matrices that got rank > 0 (one ``eigh`` per shape where the budget buys rank 1
+  everywhere). Measured on a 2-core CPU (batch of 8, fp32): 64x256 gram+eigh 2.2 ms vs
+  torch.linalg.svd(full_matrices=False) 14 ms; 64x4096 4.2 vs 70 ms.
+- ``svd="svd"``: torch.linalg.svd, the reference (``python -m harness.compress.bench`` times it).
 
 info: ranks {name: k} (per step: the report's rank heatmap), energy_kept (fraction of the
 squared norm of the matrices kept before rounding), dense (number of tensors shipped dense).
@@ -46,8 +50,9 @@ ALLOCATORS = ("greedy", "exact")
 @dataclass
 class _Group:
     """Matrices of one shape: their indices, the batch (b, m, n), its Gram matrices (b, r, r)
-    on the gram path, and on the svd path the bases ``spectra`` returned; ``vectors``: the Gram
-    matrices' eigenvectors when ``_energies`` computed them for every matrix."""
+    (gram and sketch paths), and on the svd path the bases ``spectra`` returned; ``vectors``:
+    eigenvectors of the Gram matrices (ascending; all r, or the sketch's q) when ``_energies``
+    computed them for every matrix; ``exact``: False while the group's spectra are sketched."""
     idx: list[int]
     batch: torch.Tensor
     gram: torch.Tensor | None
