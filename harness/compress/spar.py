@@ -72,6 +72,12 @@ def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int] | None:
     return shape[0], math.prod(shape[1:])
 
 
+def _gram(batch: torch.Tensor) -> torch.Tensor:
+    """The small Gram matrices (b, r, r) of a batch of m x n matrices: M M^T if m <= n, else M^T M."""
+    m, n = batch.shape[-2:]
+    return batch @ batch.mT if m <= n else batch.mT @ batch
+
+
 def spectra(mats: torch.Tensor, method: str = "gram") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Energies (b, r) in descending order and bases for a batch of m x n matrices (b, m, n).
 
@@ -82,19 +88,9 @@ def spectra(mats: torch.Tensor, method: str = "gram") -> tuple[torch.Tensor, tor
     if method == "svd":
         u, s, vh = torch.linalg.svd(mats, full_matrices=False)
         return s.square(), u * s.unsqueeze(-2), vh.mT
-    if m <= n:
-        lam, u = torch.linalg.eigh(mats @ mats.mT)
-        lam, u = lam.flip(-1), u.flip(-1)                 # descending
-        return lam.clamp_min(0), u, mats.mT @ u
-    lam, v = torch.linalg.eigh(mats.mT @ mats)
-    lam, v = lam.flip(-1), v.flip(-1)
-    return lam.clamp_min(0), mats @ v, v
-
-
-def _gram(batch: torch.Tensor) -> torch.Tensor:
-    """The small Gram matrices (b, r, r) of a batch of m x n matrices: M M^T if m <= n, else M^T M."""
-    m, n = batch.shape[-2:]
-    return batch @ batch.mT if m <= n else batch.mT @ batch
+    lam, vec = torch.linalg.eigh(_gram(mats))
+    lam, vec = lam.flip(-1).clamp_min(0), vec.flip(-1)      # descending
+    return (lam, vec, mats.mT @ vec) if m <= n else (lam, mats @ vec, vec)
 
 
 def layout(entries: list[TensorEntry], meta: dict, dtype: str, dense_dtype: str
