@@ -154,8 +154,8 @@ def test_sketch_ritz_values_are_lower_bounds_and_find_the_top_of_a_decaying_spec
         energy, total, vectors = Spar(budget=0.1)._sketch(_gram(batch), step=0)
         exact = torch.linalg.eigvalsh(_gram(batch)).flip(-1)
         q = energy.shape[-1]
-        assert q == 8 and vectors.shape == (3, min(shape), 8)
-        assert torch.allclose(vectors.mT @ vectors, torch.eye(8).expand(3, 8, 8), atol=1e-5)
+        assert q == 12 and vectors.shape == (3, min(shape), 12)
+        assert torch.allclose(vectors.mT @ vectors, torch.eye(12).expand(3, 12, 12), atol=1e-5)
         assert torch.all(energy <= exact[:, :q] * (1 + 1e-4) + 1e-6)
         assert torch.allclose(energy[:, :3], exact[:, :3], rtol=1e-3)
         assert torch.allclose(total, batch.square().sum((-2, -1)), rtol=1e-4)
@@ -174,8 +174,8 @@ def test_sketch_ships_what_exact_spectra_ship_within_a_small_error():
 
 
 def test_a_sketched_matrix_that_gets_every_direction_found_is_redone_exactly():
-    """At a budget that buys full rank everywhere every sketched matrix saturates its 8
-    directions, moves to an exact eigh, and gets the exact path's rank (every direction with
+    """At a budget that buys full rank everywhere every sketched matrix saturates the 6
+    directions the allocation is shown, moves to an exact eigh, and gets the exact path's rank (every direction with
     energy; these B-gradients have rank < 16) and its reconstruction (fp32 Gram matrices leave
     ~5e-5 of the directions they drop as near-zero)."""
     grads = lora_like(seed=2, r=16, d=48, ffn=80)
