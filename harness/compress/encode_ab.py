@@ -1,7 +1,7 @@
 """A/B of Spar's and PowerSGD's encode time in one process, one thread: the current code ("new")
 against the behaviour before the last encode change ("old": the float64-sum finiteness check of
-every tensor, restored by monkeypatching, and Spar's exact ``svd="gram"`` spectra instead of the
-default sketch), alternated three times over 20 real LoRA gradients (seed 0) of the tiny and
+every tensor in place of the current one, restored by monkeypatching ``_check_finite``, and
+Spar's exact ``svd="gram"`` spectra instead of the default sketch), alternated three times over 20 real LoRA gradients (seed 0) of the tiny and
 wide shapes; with the error each Spar variant leaves (err_1, err_ef as in harness.compress.bench)
 on the same gradients, since a faster encode is only worth having at the same error.
 Figures: docs/compress.md, "Encode speed".
@@ -22,21 +22,22 @@ OLD_OPTIONS = {"spar": {"svd": "gram"}, "powersgd": {}}
 
 @contextmanager
 def old_check(enabled: bool):
+    """With ``enabled``, every compressor's finiteness check is the float64 sum it replaced."""
     from harness.compress import base
 
-    prepare = base.BaseCompressor._prepare
+    check = base.BaseCompressor._check_finite
 
-    def float64_check(self, tensors, step):
-        sums = torch.stack([t.detach().sum(dtype=torch.float64).cpu() for t in tensors.values()])
-        torch.isfinite(sums).all()
-        return prepare(self, tensors, step)
+    def float64_check(self, tensors):
+        sums = torch.stack([t.sum(dtype=torch.float64).cpu() for t in tensors.values()])
+        if not bool(torch.isfinite(sums).all()):
+            raise base.CompressorError(f"{self.name}.encode: NaN or inf values")
 
     if enabled:
-        base.BaseCompressor._prepare = float64_check
+        base.BaseCompressor._check_finite = float64_check
     try:
         yield
     finally:
-        base.BaseCompressor._prepare = prepare
+        base.BaseCompressor._check_finite = check
 
 
 def main() -> int:

@@ -79,6 +79,13 @@ def _gram(batch: torch.Tensor) -> torch.Tensor:
     return batch @ batch.mT if m <= n else batch.mT @ batch
 
 
+def _eigh(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Energies (b, r) of symmetric PSD matrices, descending and clamped at 0, and their
+    eigenvectors in ``eigh``'s ascending order (``_factors`` takes the last k)."""
+    lam, vectors = torch.linalg.eigh(gram)
+    return lam.flip(-1).clamp_min(0), vectors
+
+
 def spectra(mats: torch.Tensor, method: str = "gram") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Energies (b, r) in descending order and bases for a batch of m x n matrices (b, m, n).
 
@@ -172,7 +179,7 @@ class Spar(BaseCompressor):
 
     def _groups(self, tensors: dict[str, torch.Tensor], entries: list[TensorEntry],
                 matrices: list[int]) -> list[_Group]:
-        """The matrices batched by shape, with their small Gram matrices (gram method)."""
+        """The matrices batched by shape, with their small Gram matrices (gram and sketch methods)."""
         by_shape: dict[tuple[int, int], list[int]] = {}
         for i in matrices:
             by_shape.setdefault(matrix_shape(entries[i].shape), []).append(i)
@@ -217,8 +224,7 @@ class Spar(BaseCompressor):
             if g.gram is None:
                 e, g.left, g.right = spectra(g.batch, "svd")
             elif vectors:
-                lam, g.vectors = torch.linalg.eigh(g.gram)
-                e = lam.flip(-1).clamp_min(0)
+                e, g.vectors = _eigh(g.gram)
             else:
                 e = torch.linalg.eigvalsh(g.gram).flip(-1).clamp_min(0)
             values, sums = e.double().cpu().numpy(), e.double().sum(-1).tolist()
@@ -248,8 +254,8 @@ class Spar(BaseCompressor):
         for _ in range(self.sketch_power):
             rows = rows @ scaled
         basis = torch.linalg.qr(rows.mT).Q                            # (b, r, q), orthonormal
-        lam, w = torch.linalg.eigh((basis.mT @ gram) @ basis)         # ascending
-        return lam.flip(-1).clamp_min(0), trace, basis @ w
+        e, w = _eigh((basis.mT @ gram) @ basis)
+        return e, trace, basis @ w
 
     def _allocate(self, groups: list[_Group], energy: dict[int, np.ndarray], costs: dict[int, int],
                   room: int) -> dict[int, int]:
@@ -267,8 +273,8 @@ class Spar(BaseCompressor):
                     continue
                 rest = [j for j in range(len(g.idx)) if j not in full]
                 gram = g.gram[full]
-                lam, vectors = torch.linalg.eigh(gram)
-                values = lam.flip(-1).clamp_min(0).double().cpu().numpy()
+                e, vectors = _eigh(gram)
+                values = e.double().cpu().numpy()
                 for k, j in enumerate(full):
                     energy[g.idx[j]] = values[k]
                 groups.append(_Group([g.idx[j] for j in full], g.batch[full], gram, vectors=vectors))
