@@ -47,7 +47,7 @@ class Replica:
     """One process's copy of what is trained: the adapter tensors (fp32, in model order) and,
     where the method replays steps (hilo, and always on the learner), the optimizer."""
     params: dict[str, nn.Parameter]
-    optimizer: torch.optim.Optimizer | None = None
+    optimizer: Any = None          # harness.optim.FlatOptimizer (make_optimizer) or a torch optimizer
 
     def tensors(self) -> list[Tensor]:
         return list(self.params.values())
@@ -71,10 +71,12 @@ def wire_dtype(name: str, key: str = "method.sync_dtype") -> torch.dtype:
 
 
 def make_optimizer(params: Mapping[str, nn.Parameter], name: str = "adamw", lr: float = 1e-3,
-                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """The optimizer every replica builds the same way (harness.optim.make_optimizer over the
-    adapter tensors in order); an unknown name is a ConfigError naming onpolicy.optimizer."""
-    return optim.make_optimizer(params.values(), name, lr, weight_decay)
+                   weight_decay: float = 0.0) -> optim.FlatOptimizer:
+    """The optimizer every replica builds the same way: harness.optim.make_optimizer stepped
+    over one flat buffer (harness.optim.FlatOptimizer: the per-tensor arithmetic bit for bit, a
+    kernel per operation instead of one per tensor; the adapter tensors become views into that
+    buffer). An unknown name is a ConfigError naming onpolicy.optimizer."""
+    return optim.FlatOptimizer(params.values(), lambda flat: optim.make_optimizer(flat, name, lr, weight_decay))
 
 
 def optimizer_tensors(params: Mapping[str, Tensor],

@@ -187,3 +187,19 @@ def test_a_method_declared_in_its_own_module_is_built_through_the_registry():
         p.grad = torch.ones_like(p)
     ws.apply(ls.step(0).payload, 0)
     assert ws.checksum() == ls.expected_checksum()
+
+
+@pytest.mark.parametrize("method,comp", [("hilo", dict(name="spar", budget=0.05)),
+                                         ("hilo", dict(name="powersgd", rank=1)),   # a compressor with warm-start state
+                                         ("delta", dict(name="topk", budget=0.05)), ("full_sync", None), ("patch", None)])
+def test_warm_up_changes_nothing_that_follows(method, comp):
+    """warm_up (before the loop) runs the method's paths on throwaway copies: the states, the
+    payloads and the trajectory after it are those of a twin that never warmed up."""
+    cold, warm = pair(method, comp=comp, sync_dtype="bf16"), pair(method, comp=comp, sync_dtype="bf16")
+    before = (warm[1].expected_checksum(), warm[3].checksum())
+    warm[1].warm_up()
+    warm[3].warm_up()
+    assert (warm[1].expected_checksum(), warm[3].checksum()) == before
+    assert all(p.grad is None for p in warm[1].replica.params.values())
+    assert run(*cold, 3) == run(*warm, 3)
+    assert warm[1].expected_checksum() == cold[1].expected_checksum() == warm[3].checksum()
