@@ -100,7 +100,7 @@ def test_grpo_loss_ratio_one_and_clipping(task_cfg, tok):
     logp = torch.log_softmax(model.logits.detach(), 0)[r.completions]
     r.logprobs = logp.clone()                                     # on-policy: ratio 1
     loss, metrics = task.loss(model, r)
-    assert float(loss) == pytest.approx(0.0, abs=1e-6) and metrics["clip_frac"] == 0.0
+    assert float(loss.detach()) == pytest.approx(0.0, abs=1e-6) and metrics["clip_frac"] == 0.0
     assert metrics["reward"] == 0.25
     r.logprobs = logp - math.log(2.0)                             # ratio 2: A>0 clipped to 1.2 A, A<0 kept 2 A
     adv = RewardTask.advantages(r.rewards, 4)
