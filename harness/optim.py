@@ -110,15 +110,10 @@ class FlatOptimizer:
 
     def state_dict(self) -> dict[str, Any]:
         """A per-tensor optimizer's state_dict (tensor i's state under key i, copies)."""
-        inner = self.inner.state_dict()
-        group = {k: v for k, v in inner["param_groups"][0].items() if k != "params"}
-        flat_state = inner["state"].get(0, {})
-        state = {}
-        if flat_state:
-            for i, (p, (o, n)) in enumerate(zip(self.params, self._slices)):
-                state[i] = {k: (v[o:o + n].view_as(p).clone() if isinstance(v, Tensor) and v.dim() == 1
-                                and v.numel() == self.flat.numel() else (v.clone() if isinstance(v, Tensor) else v))
-                            for k, v in flat_state.items()}
+        group = {k: v for k, v in self.inner.param_groups[0].items() if k != "params"}
+        views = self.state
+        state = {i: {k: v.clone() if isinstance(v, Tensor) else v for k, v in views[p].items()}
+                 for i, p in enumerate(self.params) if p in views}
         return {"state": state, "param_groups": [{**group, "params": list(range(len(self.params)))}]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

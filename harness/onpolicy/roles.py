@@ -101,6 +101,7 @@ def main(ctx) -> None:
     t1 = _now()
     setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device,
                         plan=role_plan(ctx.cfg, getattr(ctx, "plan", None)))
+    setup.sync.warm_up()          # one-off first-call costs, before the loop and any window (sync.py)
     t2 = _now()
     (run_learner if ctx.rank == 0 else run_worker)(ctx, setup)
     print(f"[onpolicy] {ctx.role}: pretrained models ready {t1 - t0:.1f} s, setup {t2 - t1:.1f} s, "
@@ -135,7 +136,6 @@ def _verify(ctx, s: Setup, checksums: dict[int, str], tag: str) -> Verdict:
 def run_learner(ctx, s: Setup) -> None:
     op = s.plan
     steps, every = op.steps, op.verify_every
-    s.sync.warm_up()                          # one-off first-call costs, before any window (sync.py)
     acks, _ = ctx.channel.gather(None, "verify/init")
     init = _verify(ctx, s, {r: unframe(a)[0]["checksum"] for r, a in acks.items()}, "resync/init")
     if not init.in_sync:
@@ -322,7 +322,6 @@ def run_worker(ctx, s: Setup) -> None:
     ch = ctx.channel
     steps, every = s.plan.steps, s.plan.verify_every
     shard = ctx.rank - 1
-    s.sync.warm_up()
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
     apply_verdict(ch, s, "resync/init")
     hashing: Background | None = None       # checksum of the state after the last verified update

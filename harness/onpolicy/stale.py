@@ -34,7 +34,6 @@ def run_stale_worker(ctx, s) -> None:
     from harness.onpolicy.setup import inject_fault, worker_rollouts
 
     ch, steps, every = ctx.channel, s.plan.steps, s.plan.verify_every
-    s.sync.warm_up()
     ch.gather(frame({"checksum": s.sync.checksum()}), "verify/init")
     apply_verdict(ch, s, "resync/init")
     hashing: Background | None = None          # checksum of the state after the last verified update

@@ -92,8 +92,8 @@ class LearnerSync:
     def warm_up(self) -> None:
         """Run this method's step (and its deferred replay) once on a deep copy of this side,
         with random gradients: the first call of each code path pays one-off costs (LAPACK and
-        allocator initialisation; measured up to ~100 ms for Spar's first encode and ~180 ms for a
-        first optimizer step) that would otherwise land in update 0's timed window. The replica,
+        allocator initialisation; Spar's first encode measured 69-117 ms) that would otherwise land
+        in update 0's timed window. The replica,
         the optimizer state and any compressor state (error feedback, warm starts) are untouched:
         the copy is thrown away. Called once before the loop, outside every window."""
         sandbox = copy.deepcopy(self)
