@@ -96,8 +96,8 @@ def spectra(mats: torch.Tensor, method: str = "gram") -> tuple[torch.Tensor, tor
     if method == "svd":
         u, s, vh = torch.linalg.svd(mats, full_matrices=False)
         return s.square(), u * s.unsqueeze(-2), vh.mT
-    lam, vec = torch.linalg.eigh(_gram(mats))
-    lam, vec = lam.flip(-1).clamp_min(0), vec.flip(-1)      # descending
+    lam, vec = _eigh(_gram(mats))
+    vec = vec.flip(-1)                                       # descending, like the energies
     return (lam, vec, mats.mT @ vec) if m <= n else (lam, mats @ vec, vec)
 
 
