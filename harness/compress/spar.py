@@ -135,7 +135,7 @@ class Spar(BaseCompressor):
 
     def __init__(self, *, budget: float | None = None, budget_bytes: int | None = None, dtype: str = "bf16",
                  seed: int = 0, allocator: str = "greedy", svd: str = "sketch", sketch_columns: int = 12,
-                 sketch_power: int = 3) -> None:
+                 sketch_power: int = 3, backward_grams: bool = False) -> None:
         super().__init__(budget=budget, budget_bytes=budget_bytes, dtype=dtype, seed=seed)
         self.allocator = check_choice("compressor.options.allocator", allocator, ALLOCATORS)
         self.svd = check_choice("compressor.options.svd", svd, SVD_METHODS)
@@ -144,7 +144,21 @@ class Spar(BaseCompressor):
                 raise CompressorError(f"compressor.options.{key}: {value!r} is not allowed; "
                                       f"an integer >= {low}")
         self.sketch_columns, self.sketch_power = sketch_columns, sketch_power
+        if not isinstance(backward_grams, bool) or (backward_grams and self.svd == "svd"):
+            raise CompressorError(f"compressor.options.backward_grams: {backward_grams!r} is not allowed"
+                                  f"{' with svd=svd (it uses no Gram matrices)' if backward_grams is True else ''}; "
+                                  "true or false")
+        # read by the hilo learner (harness.onpolicy.overlap): it computes the Gram matrices of what
+        # it will encode while backward runs and hands them over with provide_grams()
+        self.backward_grams = backward_grams
+        self._given: dict[str, torch.Tensor] = {}
         self.dense_dtype = dtype if dtype != "int8" else "bf16"
+
+    def provide_grams(self, grams: dict[str, torch.Tensor]) -> None:
+        """The Gram matrices (``_gram``'s orientation: r x r, r = min(m, n)) of the next encode's
+        matrices, by tensor name, computed elsewhere (the hilo learner's backward). Used by the next
+        encode only, for every shape group whose matrices all have one; the rest are computed there."""
+        self._given = dict(grams)
 
     def _encode(self, tensors: dict[str, torch.Tensor], entries: list[TensorEntry], step: int,
                 budget: int | None) -> Payload:
@@ -183,11 +197,21 @@ class Spar(BaseCompressor):
         by_shape: dict[tuple[int, int], list[int]] = {}
         for i in matrices:
             by_shape.setdefault(matrix_shape(entries[i].shape), []).append(i)
-        groups = []
+        groups, given, self._given = [], self._given, {}
         for (m, n), idx in by_shape.items():
             batch = torch.stack([tensors[entries[i].name].reshape(m, n) for i in idx])
             sketched = self.svd == "sketch" and self.sketch_columns < min(m, n)
-            groups.append(_Group(idx, batch, None if self.svd == "svd" else _gram(batch), exact=not sketched))
+            if self.svd == "svd":
+                gram = None
+            elif all(entries[i].name in given for i in idx):
+                bad = [entries[i].name for i in idx if tuple(given[entries[i].name].shape) != (min(m, n),) * 2]
+                if bad:
+                    raise CompressorError(f"spar.provide_grams: {bad[0]} has a Gram matrix of shape "
+                                          f"{tuple(given[bad[0]].shape)}, not {(min(m, n),) * 2}")
+                gram = torch.stack([given[entries[i].name] for i in idx]).to(batch)
+            else:
+                gram = _gram(batch)
+            groups.append(_Group(idx, batch, gram, exact=not sketched))
         return groups
 
     def _energies(self, groups: list[_Group], step: int, vectors: bool = False

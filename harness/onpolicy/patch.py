@@ -157,7 +157,7 @@ class PatchLearner(LearnerSync):
         self.sent = {n: bf16_bits(p) for n, p in replica.params.items()}   # the workers' bf16 bits
         self.shipped = False      # before the first payload workers hold the shared fp32 init
 
-    def step(self, step: int, defer: bool = False) -> Update:
+    def step(self, step: int, defer: bool = False, grad_scale: float = 1.0) -> Update:
         step_s = self._optimizer_step()
         t0 = time.perf_counter()
         changes = []

@@ -8,6 +8,8 @@ Each update t (every rank starts it together, after a barrier):
     learner  compare those checksums with its own (of the state after t-1); any differ: a
              resync is due (its full state after t-1, taken now, before it steps)
              loss = task.loss(policy, rollouts); loss.backward(); clip to onpolicy.clip_norm
+             (hilo with compressor.options.backward_grams: Spar's Gram matrices are computed
+             on a side thread during backward, harness.onpolicy.overlap)
              update = sync.step(t): the method's payload (hilo: encode only)
              -> broadcast down: 1 flag byte (a resync follows) + payload
              -> only when a resync is due: scatter the resync to the workers that differ
@@ -221,9 +223,10 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pendin
     s.policy.train()
     loss, metrics = s.task.loss(s.policy, rollouts)
     loss.backward()
-    grad_norm = _clip(s, s.plan.clip_norm)
+    s.sync.backward_done()                      # side work on the gradients ends before clipping scales them
+    grad_norm, scale = _clip(s, s.plan.clip_norm)
     t2 = _now()
-    update = s.sync.step(step, defer=True)
+    update = s.sync.step(step, defer=True, grad_scale=scale)
     message = (_RESYNC if bad else _OK) + update.payload
     _, downs = ch.broadcast(message, f"update/{step}")
     resync_s, verdict_bytes = 0.0, 0
@@ -286,13 +289,17 @@ def _with_rollout(row: dict[str, Any], span: float) -> float:
     return max(span, row["rollout_s"]) if row["rollout_overlapped"] else span + row["rollout_s"]
 
 
-def _clip(s: Setup, max_norm: float) -> float:
+def _clip(s: Setup, max_norm: float) -> tuple[float, float]:
     """Clip the learner's true gradient (before any compression) to ``max_norm`` (0: no
-    clipping); returns the norm before clipping."""
+    clipping); returns the norm before clipping and the factor the gradients were multiplied by
+    (torch's own: min(max_norm / (norm + 1e-6), 1) in float32)."""
     grads = [p.grad for p in s.replica.params.values() if p.grad is not None]
     if max_norm > 0:
-        return float(torch.nn.utils.clip_grad_norm_(list(s.replica.params.values()), max_norm))
-    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+        norm = torch.nn.utils.clip_grad_norm_(list(s.replica.params.values()), max_norm)
+        return float(norm), float(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    if not grads:
+        return 0.0, 1.0
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))), 1.0
 
 
 def _info(info: dict) -> dict:

@@ -133,6 +133,9 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
             compressor.build()                  # dry build: unknown options, budgets, dtypes fail here
         except CompressorError as err:
             raise ConfigError(str(err).splitlines()[0]) from None
+        if compressor.options.get("backward_grams") and name != "hilo":
+            raise ConfigError(f"compressor.options.backward_grams: true is not allowed with method.name={name}; "
+                              "only hilo encodes the gradients that backward produces (harness.onpolicy.overlap)")
     if name == "patch":
         from harness.onpolicy.codec import check as check_codec
 

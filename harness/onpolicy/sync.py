@@ -2,7 +2,8 @@
 
 Each method is a pair of small classes with one interface, used by the role loops:
 
-    learner: (after loss.backward())  update = sync.step(step)   -> Update (payload bytes)
+    learner: loss.backward(); sync.backward_done(); clip (factor c)
+                                       update = sync.step(step, grad_scale=c) -> Update (payload bytes)
     worker:                            sync.apply(payload, step)
     both:    checksum of the state the workers must hold (learner: ``expected_checksum``,
              worker: ``checksum``); learner ``resync_payload`` -> worker ``load_resync``.
@@ -84,10 +85,16 @@ class LearnerSync:
             raise SyncError("the learner's replica needs an optimizer")
         self.replica = replica
 
-    def step(self, step: int, defer: bool = False) -> Update:
+    def step(self, step: int, defer: bool = False, grad_scale: float = 1.0) -> Update:
         """Apply update ``step`` to the learner (grads are in ``.grad``) and return the payload.
-        ``defer``: the method may leave its own decode + step to ``Update.replay``."""
+        ``defer``: the method may leave its own decode + step to ``Update.replay``. ``grad_scale``:
+        the factor clipping multiplied the gradients by (1.0: none), for side work done before it."""
         raise NotImplementedError
+
+    def backward_done(self) -> None:
+        """Called after ``loss.backward()``, before clipping scales ``.grad`` in place: side work
+        that reads the gradients as backward produces them finishes here (hilo with Spar's
+        ``backward_grams``: harness.onpolicy.overlap). Nothing for the other methods."""
 
     def warm_up(self) -> None:
         """Run this method's step (and its deferred replay) once on a deep copy of this side,
@@ -142,7 +149,7 @@ class FullSyncLearner(LearnerSync):
         self.dtype = wire_dtype(dtype)
         self.shipped = False      # before the first payload workers hold the shared fp32 init
 
-    def step(self, step: int, defer: bool = False) -> Update:
+    def step(self, step: int, defer: bool = False, grad_scale: float = 1.0) -> Update:
         step_s = self._optimizer_step()
         t0 = _timer()
         payload = pack_flat(self.replica.tensors(), self.dtype)
@@ -166,7 +173,7 @@ class DeltaLearner(LearnerSync):
         self.view = {n: p.detach().clone() for n, p in replica.params.items()}
         self._prev = None if error_feedback else {n: p.detach().clone() for n, p in replica.params.items()}
 
-    def step(self, step: int, defer: bool = False) -> Update:
+    def step(self, step: int, defer: bool = False, grad_scale: float = 1.0) -> Update:
         step_s = self._optimizer_step()
         t0 = _timer()
         base = self.view if self.error_feedback else self._prev
@@ -191,12 +198,24 @@ class HiLoLearner(LearnerSync):
         from harness.compress import ErrorFeedback
 
         self.compressor = ErrorFeedback(compressor) if error_feedback else compressor
+        self.backward = None          # Spar's Gram matrices during backward (compressor.options.backward_grams)
+        if getattr(compressor, "backward_grams", False):
+            from harness.onpolicy.overlap import BackwardGrams
 
-    def step(self, step: int, defer: bool = False) -> Update:
+            self.backward = BackwardGrams(replica.params, lambda: self.residual)
+
+    def backward_done(self) -> None:
+        if self.backward is not None:
+            self.backward.wait()
+
+    def step(self, step: int, defer: bool = False, grad_scale: float = 1.0) -> Update:
         """Encode the gradient, decode it and step. With ``defer`` the decode + step is left to
         ``Update.replay`` (run it after the payload is on the wire; the state is unchanged
         until then)."""
         t0 = _timer()
+        grams = self.backward.grams(grad_scale) if self.backward is not None else None
+        if grams is not None:
+            self.compressor.provide_grams(grams)
         grads = {}
         for n, p in self.replica.params.items():
             if p.grad is None:
