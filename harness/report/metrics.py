@@ -53,6 +53,22 @@ Federated (server rows ``role == "server"``, client rows ``role == "client<k>"``
 - ``round_s`` [s]: mean of the server's ``round_s``. ``accuracy``: final server accuracy.
 - ``uplink_frac_vs_fedit`` / ``compute_frac_vs_fedit``: ratios to the ``fedit`` configuration
   of the same scenario, backend, task, ranks and link.
+
+A population run (``federated.population``; harness/federated/pool.py) has no ``client<k>``
+roles: its clients' compute rows are the executors' (``executor<e>``, one row per client it
+ran), and the server writes one ``population`` row per sampled client and round with its
+``status`` (finished, late, failed, unavailable). Its ``ranks`` are the ranks its clients drew
+("32,16,8,4", descending), and these per-run metrics come from those rows:
+
+- ``sampled_per_round``: clients sampled per round (mean); ``unavailable_frac``: of the sampled,
+  the fraction that were off; ``late_frac``: of those that ran, the fraction past the deadline
+  (``federated.deadline_s``; dropped from the aggregate); ``failed_frac`` likewise for clients
+  lost with their executor.
+- ``client_uplink_bytes`` / ``client_downlink_bytes`` [bytes]: payload per finished client and
+  round (mean); ``client_s`` [s]: a finished client's own down + compute + up time (mean).
+- ``virtual_round_s`` [s]: mean of the server's ``virtual_round_s`` (the deadline when a client
+  was late, else the slowest finished client), the population's round time; its ``round_s`` is
+  the wall clock of the executors' serial work.
 """
 from __future__ import annotations
 
@@ -74,7 +90,10 @@ ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "poli
                   "quality_retained", "time_to_target_s", "efficiency", "rollout_kl"]
 PHASES = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")   # serial at k=0
 FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops", "round_s",
-                   "accuracy", "eval_loss", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "accuracy_gain_vs_fedit"]
+                   "accuracy", "eval_loss", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "accuracy_gain_vs_fedit",
+                   "unavailable_frac", "late_frac", "client_uplink_bytes", "client_s", "virtual_round_s"]
+POPULATION_METRICS = ["sampled_per_round", "unavailable_frac", "late_frac", "failed_frac", "client_uplink_bytes",
+                      "client_downlink_bytes", "client_s", "virtual_round_s"]
 TARGET_FRACTION = 0.9
 ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit",
                  "delay_ms", "rank", "budget_frac", "ref_rank", "staleness", "trace"]
@@ -357,10 +376,38 @@ def _per_round(rows: pd.DataFrame, column: str) -> pd.Series:
     return values.groupby(source["step"]).sum()
 
 
+def _client_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (client, round) of local training: the ``client<k>`` roles, or a population's executors."""
+    roles = rows["role"].astype(str)
+    clients = rows[roles.str.startswith("client")]
+    return clients if len(clients) else rows[roles.str.startswith("executor")]
+
+
+def population_run(rows: pd.DataFrame) -> dict[str, Any]:
+    """A population run's metrics from its ``population`` rows (module docstring); {} for other runs."""
+    pop = rows[rows["role"] == "population"]
+    if pop.empty or "status" not in pop:
+        return {}
+    status = pop["status"].astype(str)
+    sampled, ran = len(pop), int((status != "unavailable").sum())
+    done = pop[status == "finished"]
+    server = _hub(rows, "server")
+    return {
+        "sampled_per_round": sampled / max(1, pop["step"].nunique()),
+        "unavailable_frac": (status == "unavailable").sum() / sampled,
+        "late_frac": (status == "late").sum() / ran if ran else np.nan,
+        "failed_frac": (status == "failed").sum() / ran if ran else np.nan,
+        "client_uplink_bytes": _col(done, "payload_bytes_up").mean(),
+        "client_downlink_bytes": _col(done, "payload_bytes_down").mean(),
+        "client_s": _col(done, "client_s").mean(),
+        "virtual_round_s": _col(server, "virtual_round_s").mean(),
+    }
+
+
 def federated_run(rows: pd.DataFrame) -> dict[str, Any]:
     """Per-run federated metrics (see the module docstring)."""
     server = _hub(rows, "server")
-    clients = rows[rows["role"].astype(str).str.startswith("client")]
+    clients = _client_rows(rows)
     accuracy = _col(server, "accuracy").dropna()
     up, down = _per_round(rows, "payload_bytes_up"), _per_round(rows, "payload_bytes_down")
     return {
@@ -377,6 +424,7 @@ def federated_run(rows: pd.DataFrame) -> dict[str, Any]:
         "accuracy": accuracy.iloc[-1] if len(accuracy) else np.nan,
         "eval_loss": _col(server, "eval_loss").dropna().iloc[-1] if _col(server, "eval_loss").notna().any() else np.nan,
         "in_sync_frac": sync.mean() if len(sync := _in_sync(rows, server, "client")) else np.nan,
+        **population_run(rows),
     }
 
 
@@ -390,7 +438,11 @@ def ranks_text(value: Any) -> str:
 
 
 def _ranks_of(rows: pd.DataFrame) -> str:
-    return ranks_text(_first(rows, "ranks", "")) if "ranks" in rows else ""
+    """The run's client ranks: its ``ranks`` column, else (a population) the ranks its clients drew, descending."""
+    if "ranks" in rows and rows["ranks"].notna().any():
+        return ranks_text(_first(rows, "ranks", ""))
+    drawn = _col(rows[rows["role"] == "population"], "rank").dropna()
+    return ",".join(str(int(r)) for r in sorted(drawn.unique(), reverse=True)) if len(drawn) else ""
 
 
 def _choose_fedit(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:

@@ -320,7 +320,30 @@ def spra_section(coll: Collection, tables: Tables) -> list[str]:
             ("held-out loss", "*", stat("eval_loss", "{:.3g}")), ("seeds", "seed_list", str), ("loaded", "flag", str),
         ]))
         out.append("")
+        out += population_table(t)
     return out
+
+
+def population_table(t: pd.DataFrame) -> list[str]:
+    """The clients of a population's runs (metrics.population_run): nothing for other runs."""
+    pop = t[t["virtual_round_s"].notna()] if "virtual_round_s" in t else t.iloc[:0]
+    if pop.empty:
+        return []
+    pop = pop.assign(name=pop["method"].map(label))
+    return ["Population (`federated.population`): in the table above, round (s) is the wall clock of the "
+            "executors' serial work and bytes are per round over the clients that ran. Below, per sampled "
+            "client: unavailable = off when sampled; late = of those that ran, past the deadline (dropped from "
+            "the aggregate); bytes and client time are per finished client and round; the virtual round is the "
+            "deadline when a client was late, else the slowest finished client.", "",
+            markdown_table(pop, [
+                ("method", "name", str), ("variant", "variant", str), ("ranks drawn", "ranks", str),
+                ("sampled/round", "sampled_per_round", lambda v: fmt_num(v, 3)),
+                ("unavailable", "*", stat("unavailable_frac", "{:.1f}", "%", 100)),
+                ("late", "*", stat("late_frac", "{:.1f}", "%", 100)),
+                ("uplink/client", "*", stat("client_uplink_bytes", "{:.1f}", " kB", 1e-3)),
+                ("downlink/client", "client_downlink_bytes", fmt_bytes),
+                ("client time (s)", "*", stat("client_s")), ("virtual round (s)", "*", stat("virtual_round_s")),
+                ("accuracy", "*", stat("accuracy", "{:.1f}", "%", 100)), ("seeds", "seed_list", str)]), ""]
 
 
 def extra_sections(tables: Tables) -> list[str]:

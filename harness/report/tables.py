@@ -4,7 +4,9 @@
   with bytes per update, ``bytes_frac`` and ``speedup`` vs full sync, final quality and
   ``quality_retained``, ``in_sync_frac`` (definitions: harness/report/metrics.py).
 - ``spra.csv``: one line per federated configuration (method x rank mix): uplink and
-  downlink bytes per round, client compute, round time, final accuracy.
+  downlink bytes per round, client compute, round time, final accuracy; for a population
+  run also its clients' availability, lateness, per-client bytes and time, and the virtual
+  round time (harness/report/metrics.py, "A population run").
 - ``sweep.csv``: the rate x rank grid view of the on-policy configurations.
 - ``hilo_runs.csv`` / ``spra_runs.csv``: the same, one line per run (per seed), with the
   per-seed ratios that the configuration lines summarise.
@@ -27,8 +29,8 @@ import pandas as pd
 
 from harness.report.collect import Collection
 from harness.report.aggregate import STAT_SUFFIXES
-from harness.report.metrics import (FEDERATED_STATS, ONPOLICY_STATS, PHASES, federated_runs, federated_table, onpolicy_runs,
-                                    onpolicy_table)
+from harness.report.metrics import (FEDERATED_STATS, ONPOLICY_STATS, PHASES, POPULATION_METRICS, federated_runs,
+                                    federated_table, onpolicy_runs, onpolicy_table)
 from harness.report.style import METHOD_ORDER
 
 HILO_COLUMNS = ["task", "method", "compressor", "rank", "rate_mbit", "bytes_per_update", "bytes_frac",
@@ -47,7 +49,7 @@ SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms",
               "compute_frac_vs_fedit", "compute_measure", "accuracy_gain_vs_fedit", "client_compute_isolated_s",
               "client_flops", "forward_s", "backward_s", "eval_loss", "seeds", "seed_list", "loaded_runs",
               "rebuilt_base_runs", "load_notes", "base_sha256",
-              "rounds", "uplink_bytes_total", "in_sync_frac", "command"]
+              "rounds", "uplink_bytes_total", "in_sync_frac", "command", *POPULATION_METRICS]
 SWEEP_COLUMNS = ["rate_mbit", "rank", "method", "compressor", "speedup", "bytes_frac", "quality"]
 SWEEP_EXTRA = ["scenario", "backend", "task", "variant", "ref_rank", "budget_frac", "delay_ms", "update_s",
                "quality_retained", "seeds", "loaded_runs"]
