@@ -39,8 +39,8 @@ PY = sys.executable
 # code), SPRA's own claims as paired variants (equal uplink, the lr rule at A's variance 1/r_ref,
 # resampling), HiLo at LLM proportions (hilo_wide: full sync, low-rank r=1 and HiLo+Spar at 10 and 100
 # Mbit/s); then the compressor table at LLM shapes, the sparsity measurement and the SNR study. Optional steps (OPTIONAL below, run by
-# name: python -m harness.bench --only frontier overlap traces spra_traces spra_ablations report, ~26
-# min together): the tiny model's quality-vs-bytes frontier (Spar at 0.5/5%, PowerSGD as itself at
+# name: python -m harness.bench --only frontier overlap traces spra_traces spra_ablations population report,
+# ~35 min together): the tiny model's quality-vs-bytes frontier (Spar at 0.5/5%, PowerSGD as itself at
 # rank 1, top-k), the overlap mode (staleness 1) at 100 Mbit/s, the link-trace variants, the rest of
 # the SPRA ablations. Only in --full: the overlap mode at 10 Mbit/s, PowerSGD's 1.6% rotating subset,
 # the other budgets, the other baselines with AdamW, hilo_reward, the rate x rank grid. --full runs
@@ -92,6 +92,9 @@ OPTIONAL = (
          "SPRA and FedIT with every client on link traces, 3 seeds (~5.5 min)"),
     Step("spra_ablations", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_ABLATIONS}]"),
          "the rest of SPRA's variance x lr-rule cross and its resampling sweep (T=1, 3), 3 seeds (~5.5 min)"),
+    Step("population", (PY, "-m", "harness", "scenario=spra_population", THREE_SEEDS),
+         "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client links, "
+         "a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,)),
 )
 FULL_ONLY = (
     Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", FULL_SEEDS),
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     args = parser.parse_args(argv)
     if args.full:
-        table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + STEPS[-1:]
+        population = tuple(o for o in OPTIONAL if o.name == "population")    # a scenario of its own: not a variant
+        table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + population + STEPS[-1:]
     elif args.only:
         table = STEPS[:-1] + OPTIONAL + STEPS[-1:]      # an optional step runs when named
     else:
