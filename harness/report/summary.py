@@ -307,7 +307,8 @@ def spra_section(coll: Collection, tables: Tables) -> list[str]:
         measure = ", ".join(sorted(set(t["compute_measure"].dropna().astype(str)))) or "client_compute_s"
         out += ["Bytes are payload per round summed over the round's clients; compute is per client "
                 "per round; accuracy and held-out loss are the server's final ones; ratios are per seed vs the same "
-                f"seed's FedIT (compute ratio from {measure}) with the same client optimizer. Cells: mean ± 95% t "
+                f"seed's FedIT (compute ratio from {measure}) with the same client optimizer and ranks (– where no "
+                "FedIT run has those ranks: a variant at other ranks is paired in the claims table). Cells: mean ± 95% t "
                 "half-width (n = seeds); ⚠ = runs measured under load." + _trace_note(t), ""]
         t = t.assign(name=t["method"].map(label), flag=[f"{int(k)} ⚠" if k else "" for k in t["loaded_runs"].fillna(0)])
         out.append(markdown_table(t, [
