@@ -133,9 +133,11 @@ def _diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, t
     return {n: a[n] - b[n] for n in a}
 
 
-def evaluate(label: str, budget: float, grads: list[dict[str, torch.Tensor]], seed: int = 0) -> Row:
-    """Run one compressor at one budget over `grads` (see module doc for the metrics)."""
-    opts = dict(VARIANTS[label])
+def evaluate(label: str, budget: float, grads: list[dict[str, torch.Tensor]], seed: int = 0,
+             options: dict | None = None) -> Row:
+    """Run one compressor at one budget over `grads` (see module doc for the metrics); ``options``:
+    its build options in place of ``VARIANTS[label]`` (a variant outside the table, e.g. encode_ab's)."""
+    opts = dict(VARIANTS[label] if options is None else options)
     name = opts.pop("name")
     native = opts.pop("native", False)
     numel = sum(t.numel() for t in grads[0].values())

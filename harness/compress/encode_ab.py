@@ -65,10 +65,8 @@ def main() -> int:
         print(f"{model} spar/powersgd time: old {med[('spar', True)] / med[('powersgd', True)]:.2f}  "
               f"new {med[('spar', False)] / med[('powersgd', False)]:.2f}")
         for label, opts in (("old (gram)", {"svd": "gram"}), ("new (sketch)", {})):
-            bench.VARIANTS["_ab"] = {"name": "spar", **opts}
-            row = bench.evaluate("_ab", 0.016, grads)
+            row = bench.evaluate(f"spar {label}", 0.016, grads, options={"name": "spar", **opts})
             print(f"{model} spar {label}: err_1 {row.err_1:.4f}  err_ef {row.err_ef:.4f}")
-        bench.VARIANTS.pop("_ab", None)
     return 0
 
 
