@@ -27,7 +27,10 @@ What it costs and changes, written down:
   bit-identical (verified as always); the option is off by default, so the reference
   trajectories do not move;
 - a gradient accumulated twice in one backward (a parameter used twice) is handed over twice;
-  the thread works in order, so its pieces are those of the final gradient.
+  the thread works in order, so its pieces are those of the final gradient;
+- the thread lives for one backward: the first gradient starts it and ``wait`` ends it, so no
+  thread outlives an update (a process with threads cannot safely fork: the launcher would fall
+  back to exec for roles started from it).
 Measured: docs/onpolicy.md, "Spectra during backward".
 """
 from __future__ import annotations
@@ -77,9 +80,8 @@ class BackwardGrams:
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
-            if isinstance(job, threading.Event):
-                job.set()
-                continue
+            if job is None:                  # wait(): every gradient handed over is done
+                return
             name, grad = job
             try:
                 self._pieces[name] = self._products(name, grad)
@@ -99,11 +101,11 @@ class BackwardGrams:
 
     def wait(self) -> None:
         """Return once every gradient handed over so far is done (call before anything changes
-        the gradients in place); re-raises the side thread's error, if any."""
+        the gradients in place), the side thread ended; re-raises its error, if any."""
         if self._thread is not None:
-            done = threading.Event()
-            self._jobs.put(done)
-            done.wait()
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
         if self._error is not None:
             err, self._error = self._error, None
             self._pieces.clear()

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -143,6 +144,18 @@ def test_warm_up_with_backward_grams_leaves_the_side_thread_alone():
     lm_backward(lm, 0)
     ls.backward_done()
     assert ls.backward.grams() is not None
+
+
+def test_no_side_thread_outlives_a_backward():
+    """A launcher with threads alive cannot fork its roles safely (it falls back to exec)."""
+    lm, ls, _, _ = pair("hilo", comp=dict(name="spar", budget=0.1, backward_grams=True))
+    lm_backward(lm, 0)
+    assert any(t.name == "backward-grams" for t in threading.enumerate()), "backward started the side thread"
+    ls.backward_done()
+    assert not any(t.name == "backward-grams" for t in threading.enumerate())
+    lm_backward(lm, 1)                   # the next backward starts a new one
+    assert ls.step(1).payload
+    assert not any(t.name == "backward-grams" for t in threading.enumerate())
 
 
 @pytest.mark.parametrize("variant, extra, message", [
