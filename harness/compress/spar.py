@@ -73,10 +73,17 @@ def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int] | None:
     return shape[0], math.prod(shape[1:])
 
 
+def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The small r x r product (r = min(m, n)) of m x n matrices a and b (or batches of them):
+    A B^T if m <= n, else A^T B. ``cross(a, a)`` is a's Gram matrix; harness.onpolicy.overlap
+    builds a sum's Gram matrix from such products."""
+    m, n = a.shape[-2:]
+    return a @ b.mT if m <= n else a.mT @ b
+
+
 def _gram(batch: torch.Tensor) -> torch.Tensor:
     """The small Gram matrices (b, r, r) of a batch of m x n matrices: M M^T if m <= n, else M^T M."""
-    m, n = batch.shape[-2:]
-    return batch @ batch.mT if m <= n else batch.mT @ batch
+    return cross(batch, batch)
 
 
 def _eigh(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,10 +151,12 @@ class Spar(BaseCompressor):
                 raise CompressorError(f"compressor.options.{key}: {value!r} is not allowed; "
                                       f"an integer >= {low}")
         self.sketch_columns, self.sketch_power = sketch_columns, sketch_power
-        if not isinstance(backward_grams, bool) or (backward_grams and self.svd == "svd"):
-            raise CompressorError(f"compressor.options.backward_grams: {backward_grams!r} is not allowed"
-                                  f"{' with svd=svd (it uses no Gram matrices)' if backward_grams is True else ''}; "
+        if not isinstance(backward_grams, bool):
+            raise CompressorError(f"compressor.options.backward_grams: {backward_grams!r} is not allowed; "
                                   "true or false")
+        if backward_grams and self.svd == "svd":
+            raise CompressorError("compressor.options.backward_grams: True is not allowed with svd=svd "
+                                  "(it uses no Gram matrices); true or false")
         # read by the hilo learner (harness.onpolicy.overlap): it computes the Gram matrices of what
         # it will encode while backward runs and hands them over with provide_grams()
         self.backward_grams = backward_grams

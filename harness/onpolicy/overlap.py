@@ -43,13 +43,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from harness.compress.spar import matrix_shape
-
-
-def _cross(a: Tensor, b: Tensor) -> Tensor:
-    """X(a, b): a b^T for a wide matrix, a^T b for a tall one (the Gram orientation of spar._gram)."""
-    m, n = a.shape
-    return a @ b.mT if m <= n else a.mT @ b
+from harness.compress.spar import cross as _cross, matrix_shape     # X(a, b) above
 
 
 class BackwardGrams:
