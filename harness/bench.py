@@ -79,6 +79,10 @@ STEPS = (
     Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
     Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs"),
 )
+# A scenario of its own (not variants a full step covers): optional, and in --full too.
+POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population", THREE_SEEDS),
+                  "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client "
+                  "links, a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,))
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = (
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, f"only=[{FRONTIER}]"),
@@ -92,9 +96,7 @@ OPTIONAL = (
          "SPRA and FedIT with every client on link traces, 3 seeds (~5.5 min)"),
     Step("spra_ablations", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_ABLATIONS}]"),
          "the rest of SPRA's variance x lr-rule cross and its resampling sweep (T=1, 3), 3 seeds (~5.5 min)"),
-    Step("population", (PY, "-m", "harness", "scenario=spra_population", THREE_SEEDS),
-         "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client links, "
-         "a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,)),
+    POPULATION,
 )
 FULL_ONLY = (
     Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", FULL_SEEDS),
@@ -115,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     args = parser.parse_args(argv)
     if args.full:
-        population = tuple(o for o in OPTIONAL if o.name == "population")    # a scenario of its own: not a variant
-        table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + population + STEPS[-1:]
+        table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + (POPULATION,) + STEPS[-1:]
     elif args.only:
         table = STEPS[:-1] + OPTIONAL + STEPS[-1:]      # an optional step runs when named
     else:
