@@ -383,15 +383,15 @@ def _client_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return clients if len(clients) else rows[roles.str.startswith("executor")]
 
 
-def population_run(rows: pd.DataFrame) -> dict[str, Any]:
-    """A population run's metrics from its ``population`` rows (module docstring); {} for other runs."""
+def population_run(rows: pd.DataFrame, server: pd.DataFrame) -> dict[str, Any]:
+    """A population run's metrics from its ``population`` rows and its ``server`` rows (module
+    docstring); {} for other runs."""
     pop = rows[rows["role"] == "population"]
     if pop.empty or "status" not in pop:
         return {}
     status = pop["status"].astype(str)
     sampled, ran = len(pop), int((status != "unavailable").sum())
     done = pop[status == "finished"]
-    server = _hub(rows, "server")
     return {
         "sampled_per_round": sampled / max(1, pop["step"].nunique()),
         "unavailable_frac": (status == "unavailable").sum() / sampled,
@@ -424,7 +424,7 @@ def federated_run(rows: pd.DataFrame) -> dict[str, Any]:
         "accuracy": accuracy.iloc[-1] if len(accuracy) else np.nan,
         "eval_loss": _col(server, "eval_loss").dropna().iloc[-1] if _col(server, "eval_loss").notna().any() else np.nan,
         "in_sync_frac": sync.mean() if len(sync := _in_sync(rows, server, "client")) else np.nan,
-        **population_run(rows),
+        **population_run(rows, server),
     }
 
 
