@@ -45,22 +45,32 @@ def test_coefficients_make_mixed_rank_scales_exact():
     """Clients with different ranks and LoRA scales: averaging coefficients == averaging products."""
     z = proj.draw(1, 0, "m", 4, 5).double()
     clients = [(4, 2.0, 1.0), (2, 0.5, 3.0)]        # (rank, scale alpha/r, weight)
-    items, products = [], []
+    items, bs, products = [], [], []
     for i, (r, s, w) in enumerate(clients):
         b = torch.randn(6, r, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
+        bs.append(b)
         products.append(s * b @ proj.client_a(z, r))
         items.append((proj.to_coeff(b, r, s), w))
     c = agg.column_average(items, torch.zeros(6, 4, dtype=torch.float64))
-    # column 0, 1 held by both; 2, 3 only by the rank-4 client
+    # expected from the clients' own B and A (not from their coefficients): column j of the merged
+    # product is the weighted average, over the clients holding column j, of s * outer(B[:, j], A[j]);
+    # columns 0, 1 are held by both, 2, 3 only by the rank-4 client
     expected = torch.zeros(6, 5, dtype=torch.float64)
     for j in range(4):
-        holders = [(k, clients[k][2]) for k in range(2) if clients[k][0] > j]
-        total = sum(w for _, w in holders)
-        for k, w in holders:
-            r, s = clients[k][0], clients[k][1]
-            b = items[k][0] / proj.coeff_factor(r, s)
-            expected += (w / total) * s * torch.outer(b[:, j], proj.client_a(z, r)[j])
+        holders = [k for k in range(2) if clients[k][0] > j]
+        total = sum(clients[k][2] for k in holders)
+        for k in holders:
+            r, s, w = clients[k]
+            expected += (w / total) * s * torch.outer(bs[k][:, j], proj.client_a(z, r)[j])
     torch.testing.assert_close(c @ z, expected, rtol=0, atol=1e-12)
+    # the rank-2 client's whole product is in columns 0, 1: there the merge is the plain weighted
+    # average of the two clients' products (the rank-4 client's restricted to its first two columns)
+    first_two = clients[0][1] * bs[0][:, :2] @ proj.client_a(z, 4)[:2]
+    torch.testing.assert_close(c[:, :2] @ z[:2], (1.0 * first_two + 3.0 * products[1]) / 4.0, rtol=0, atol=1e-12)
+    # (the column pieces used for `expected` are the products': they sum back to each client's product)
+    for k, (r, s, _) in enumerate(clients):
+        pieces = sum(s * torch.outer(bs[k][:, j], proj.client_a(z, r)[j]) for j in range(r))
+        torch.testing.assert_close(pieces, products[k], rtol=0, atol=1e-12)
     b_back = proj.from_coeff(c, 2, 0.5)
     torch.testing.assert_close(0.5 * b_back @ proj.client_a(z, 2), c[:, :2] @ z[:2], rtol=0, atol=1e-12)
 

@@ -30,4 +30,9 @@ def test_operating_regime_matches_its_closed_form_and_only_resampling_averages_n
     assert each.snr == pytest.approx(each.snr_closed_form, rel=0.25)
     assert one.snr_closed_form == pytest.approx(4 / 17)            # one A for the horizon: one step's SNR
     assert each.snr_closed_form > 4 * one.snr_closed_form          # 6 periods of aligned gradients: up to 6x
-    assert operating_closed_form(rounds, 1, 4) == pytest.approx(each.snr_closed_form)
+    # the closed form by hand, independent of snr.py: with one A per round the update is
+    # sum_t M_t A_t^T A_t, whose noise is sum_t ||M_t||^2 (d_in + 1) / r; the signal is ||sum_t M_t||^2
+    signal = float(torch.stack(rounds).sum(0).pow(2).sum())
+    noise = sum(float(m.pow(2).sum()) for m in rounds) * (16 + 1) / 4
+    assert each.snr_closed_form == pytest.approx(signal / noise, rel=1e-12)
+    assert operating_closed_form(rounds, 3, 4) < each.snr_closed_form    # fewer resamplings average less noise

@@ -14,7 +14,7 @@ from torch import nn
 
 from harness.compress import PayloadError
 from harness.onpolicy import methods as sync_methods
-from harness.onpolicy.state import Replica, SyncError, checksum, make_optimizer
+from harness.onpolicy.state import Replica, SyncError, make_optimizer
 
 SHAPES = {"layers.0.q_proj.lora_A": (8, 32), "layers.0.q_proj.lora_B": (48, 8),
           "layers.0.v_proj.lora_A": (8, 32), "layers.0.v_proj.lora_B": (32, 8)}
@@ -97,7 +97,10 @@ def test_delta_and_full_sync_workers_refuse_a_damaged_update_and_apply_nothing(m
     with pytest.raises(error) as err:
         ws.apply(DAMAGE[damage](payload), 2)
     _one_line(err.value)
-    assert ws.checksum() == before
+    assert ws.checksum() == before, "a damaged update changed the worker's adapter or optimizer state"
+    ws.apply(payload, 2)                        # the intact payload still applies: nothing was half-done
+    assert ws.checksum() == ls.expected_checksum()
+    assert ws.checksum() != before              # (and applying it is visible: the check above can fail)
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
@@ -133,8 +136,15 @@ def test_corruption_is_seen_before_any_state_is_read():
     from harness.compress import Payload, build
 
     comp = build("spar", budget=0.2)
-    payload = comp.encode({n: torch.randn(*s) for n, s in SHAPES.items()}, step=0).to_bytes()
+    encoded = comp.encode({n: torch.randn(*s) for n, s in SHAPES.items()}, step=0)
+    payload = encoded.to_bytes()
     for index in range(0, len(payload), max(1, len(payload) // 64)):
         with pytest.raises(PayloadError, match="checksum|truncated|magic|version"):
             Payload.from_bytes(_flip(payload, index))
-    assert checksum(_params()) == checksum(_params())   # the state hash itself is deterministic
+    # the refusals are the flips' doing, not the parser's: the intact message parses back to itself
+    # and decodes to exactly what the encoder's own Payload object decodes to (no bytes in between)
+    intact = Payload.from_bytes(payload)
+    assert intact.to_bytes() == payload
+    meant, got = comp.decode(encoded), comp.decode(intact)
+    assert set(got) == set(SHAPES)
+    assert all(torch.equal(got[n], meant[n]) for n in SHAPES)
