@@ -6,7 +6,8 @@
     RunPlan.from_dict(plan.to_dict()) == plan   # what the roles receive (payload["plan"])
 
 A :class:`RunPlan` holds the resolved link backend and why, every role with its uplink and
-downlink, process rank, device and seed, the settings of its method family (on-policy:
+downlink, process rank, device and seed, where each role runs (``placement``: its host, core
+slots and GPU, from ``placement.*``: harness/placement.py), the settings of its method family (on-policy:
 :class:`harness.onpolicy.setup.OnPolicyPlan` with its dry-built compressor; federated:
 :class:`harness.federated.settings.Settings`), and the row keys. Every knob that a role
 process used to check itself (prompt sharding, optimizer, compressor options, model dtype,
@@ -32,6 +33,7 @@ from harness.backends import Backend, plays_traces, resolve_backend
 from harness.errors import ClusterError, ConfigError
 from harness.federated.settings import Settings
 from harness.onpolicy.setup import OnPolicyPlan
+from harness.placement import Placement, resolve as resolve_placement
 from netem.spec import LinkSpec, LinkSpecError
 
 ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}
@@ -78,10 +80,11 @@ class RunPlan:
     keys: dict = field(default_factory=dict)     # row keys except the run's identity
     onpolicy: OnPolicyPlan | None = None
     federated: Settings | None = None
+    placement: Placement | None = None           # each role's host, cores and GPU (None: an old plan, the star)
 
     def role_specs(self) -> list:
         """harness.cluster.launch.RoleSpec of every role, hub first."""
-        return _specs(self.roles)
+        return _specs(self.roles, self.placement)
 
     def run_keys(self, scenario: str, variant: str, run_id: str) -> dict[str, Any]:
         """The key columns of every row of this run."""
@@ -95,6 +98,7 @@ class RunPlan:
             "hang_timeout_s": self.hang_timeout_s, "keys": dict(self.keys),
             "onpolicy": self.onpolicy.to_dict() if self.onpolicy else None,
             "federated": self.federated.to_dict() if self.federated else None,
+            "placement": self.placement.to_dict() if self.placement else None,
         }
 
     @classmethod
@@ -106,6 +110,7 @@ class RunPlan:
             hang_timeout_s=float(data["hang_timeout_s"]), keys=dict(data["keys"]),
             onpolicy=OnPolicyPlan.from_dict(data["onpolicy"]) if data["onpolicy"] else None,
             federated=Settings.from_dict(data["federated"]) if data["federated"] else None,
+            placement=Placement.from_dict(data["placement"]) if data.get("placement") else None,
         )
 
 
@@ -133,11 +138,12 @@ def build_plan(cfg: Any) -> RunPlan:
         if federated.population is not None:
             _check_model_and_task(plain, kind, federated.clients)
     roles = _roles(plain, kind, onpolicy, federated)
+    placement = resolve_placement(plain.get("placement"), [r.name for r in roles], str(plain["model"]["device"]))
     try:
         backend, why = resolve_backend(plain["net"]["backend"])
         from harness.cluster.launch import check_roles
 
-        check_roles(_specs(roles), ENTRIES[kind.value], backend)     # names, devices, loss vs backend
+        check_roles(_specs(roles, placement), ENTRIES[kind.value], backend)     # names, devices, loss vs backend
         if not plays_traces(backend) and any(r.up.trace or r.down.trace for r in roles):
             raise ConfigError(f"net.trace: link traces are replayed on the tc/netem (kernel) and model backends, "
                               f"not userspace ({why}); use net.backend=model or run as root")
@@ -147,13 +153,19 @@ def build_plan(cfg: Any) -> RunPlan:
                    backend_requested=Backend(plain["net"]["backend"]), backend_reason=why,
                    entry=ENTRIES[kind.value], roles=roles, seed=int(plain["seed"]),
                    hang_timeout_s=float(plain["net"]["hang_timeout_s"]),
-                   keys=_row_keys(plain, roles, onpolicy, backend), onpolicy=onpolicy, federated=federated)
+                   keys=_row_keys(plain, roles, onpolicy, backend), onpolicy=onpolicy, federated=federated,
+                   placement=placement)
 
 
-def _specs(roles: tuple[RolePlan, ...]) -> list:
+def _specs(roles: tuple[RolePlan, ...], placement: Placement | None = None) -> list:
+    """RoleSpecs; with a placement each carries its host, core slots and device (``cuda:<gpu>`` with a GPU)."""
     from harness.cluster.launch import RoleSpec
 
-    return [RoleSpec(name=r.name, up=r.up, down=r.down, device=r.device, expendable=r.expendable) for r in roles]
+    places = {p.role: p for p in placement.roles} if placement else {}
+    return [RoleSpec(name=r.name, up=r.up, down=r.down, expendable=r.expendable,
+                     device=places[r.name].device(r.device) if r.name in places else r.device,
+                     cores=places[r.name].cores if r.name in places else (),
+                     host=places[r.name].host if r.name in places else "local") for r in roles]
 
 
 def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind, clients: int | None = None) -> None:

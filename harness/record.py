@@ -22,7 +22,10 @@ import pandas as pd
 KEY_COLUMNS = ["run_id", "scenario", "variant", "method", "compressor", "task", "seed",
                "backend", "rate_mbit", "delay_ms", "rank", "budget_frac", "role", "step"]
 
-EXTRA_KEYS = ("trace",)      # run keys present only when used (trace: the link traces' names)
+EXTRA_KEYS = ("trace", "host", "device", "cpus", "oversubscribed")
+# run keys present only when given: trace (the link traces' names); the role's placement (harness.placement):
+# host, device (resolved: cpu | cuda:i), cpus (the CPU ids it may run on, "0,1"), oversubscribed (its run
+# put more busy roles than cores on some host: timing includes waiting for a core)
 
 STATUSES = ("running", "ok", "failed", "interrupted")
 

@@ -36,6 +36,7 @@ from harness.plan import RunPlan, build_plan
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
 INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
+DEFAULT_PLACEMENT = {"source": "star", "hostfile": None, "pin": True, "mtu": 1400}
 
 
 @dataclass
@@ -137,6 +138,8 @@ def run_id_of(cfg: DictConfig, variant: str, backend: str | None = None) -> str:
     plain = OmegaConf.to_container(cfg, resolve=True)
     for key in RUN_CONTROL + ("scenario", "variant"):
         plain.pop(key, None)
+    if plain.get("placement") == DEFAULT_PLACEMENT:     # the one-host star: ids as before placement existed
+        plain.pop("placement")
     if backend and isinstance(plain.get("net"), dict) and plain["net"].get("backend") == "auto":
         plain["net"]["backend"] = backend
     digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
@@ -247,7 +250,8 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
     cfg.scenario, cfg.variant = scenario, variant
     command = "python -m harness " + " ".join(shlex.quote(o) for o in _display(overrides))
     meta = {**run_metadata(cfg, command), "run_id": run_id, "scenario": scenario, "variant": variant,
-            "backend": backend, "backend_reason": why, "status": "running", "reason": ""}
+            "backend": backend, "backend_reason": why, "status": "running", "reason": "",
+            "placement": plan.placement.describe() if plan.placement else None}
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_json(run_dir, meta)
     payload = {"cfg": meta["config"], "keys": plan.run_keys(scenario, variant, run_id), "plan": plan.to_dict()}

@@ -58,6 +58,8 @@ class RoleSpec:
     down: LinkSpec
     device: str = "cpu"       # cpu | auto | cuda | cuda:i (a GPU only where one exists)
     expendable: bool = False  # may die without failing the run (never honoured for roles[0], the hub)
+    cores: tuple[int, ...] = ()   # core slots to pin to on its host (harness.placement; empty: not pinned)
+    host: str = "local"       # the host it runs on (harness.placement)
 
 
 @dataclass
@@ -202,7 +204,8 @@ def _write_payload(run_dir: Path, roles: list[RoleSpec], entry: str, payload: di
         "links": LinkTable(tuple(r.up for r in roles), tuple(r.down for r in roles)).to_json(),
         "trace_t0": trace_t0,
         "roles": [{"name": r.name, "device": r.device, "netns": p["netns"], "ifname": p["ifname"] if p["netns"] else None,
-                   "addr": p["addr"], "expendable": bool(r.expendable and i > 0)}
+                   "addr": p["addr"], "expendable": bool(r.expendable and i > 0),
+                   "cores": list(r.cores), "host": r.host}
                   for i, (r, p) in enumerate(zip(roles, places))],
     }
     path = run_dir / "cluster" / "payload.json"

@@ -128,6 +128,25 @@ def resolve_device(requested: str, rank: int) -> str:
     return f"cuda:{index}"
 
 
+def pin(slots) -> list[int]:
+    """Pin this process to its core slots (harness.placement.pin_cpus); the CPUs it may run on after."""
+    from harness.placement import pin_cpus
+
+    cpus = pin_cpus(list(slots)) if slots else []
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    return sorted(os.sched_getaffinity(0))
+
+
+def oversubscribed(plan: dict | None) -> bool:
+    """Whether the run's placement puts more busy roles than cores on some host (False: no placement)."""
+    if not plan or not plan.get("placement"):
+        return False
+    from harness.placement import Placement
+
+    return Placement.from_dict(plan["placement"]).oversubscribed
+
+
 def load_entry(entry: str):
     module, _, function = entry.partition(":")
     return getattr(importlib.import_module(module), function)
@@ -149,13 +168,16 @@ def run(payload_path: Path, rank: int) -> int:
     world_size = len(spec["roles"])
     wait_s = float(spec["wait_s"])
     device = resolve_device(me["device"], rank)
+    cpus = pin(me.get("cores") or ())
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=wait_s))
     beat.send("ready")
     run_dir = Path(spec["run_dir"])
     payload = spec["payload"]
     cfg = payload.get("cfg", payload)            # {"cfg": ..., "keys": ...} or the config itself
-    keys = {**(payload.get("keys") or {}), "backend": spec["backend"]}
+    keys = {**(payload.get("keys") or {}), "backend": spec["backend"], "host": me.get("host", "local"),
+            "device": device, "cpus": ",".join(map(str, cpus)),
+            "oversubscribed": oversubscribed(payload.get("plan"))}
     ctx = RoleContext(rank=rank, world_size=world_size, role=me["name"], device=device, cfg=cfg,
                       channel=None, run_dir=run_dir, recorder=Recorder(run_dir, keys, me["name"]),
                       backend=spec["backend"], names=[r["name"] for r in spec["roles"]],

@@ -188,6 +188,15 @@ class FederatedConfig:
 
 
 @dataclass
+class PlacementConfig:
+    """Where roles run (harness/placement.py): one host (star) or several, each role's cores and GPU."""
+    source: str = "star"             # star | hostfile | slurm | torchrun
+    hostfile: Optional[str] = None   # with source=hostfile: NAME [addr=A] [cores=N] [gpus=N] [iface=IF] per line
+    pin: bool = True                 # pin roles to disjoint cores where a host has enough
+    mtu: int = 1400                  # overlay (VXLAN) MTU across hosts; the real interface's must be >= mtu + 50
+
+
+@dataclass
 class Config:
     scenario: str = "adhoc"
     variant: str = "default"
@@ -206,6 +215,7 @@ class Config:
     method: MethodConfig = field(default_factory=MethodConfig)
     onpolicy: OnPolicyConfig = field(default_factory=OnPolicyConfig)
     federated: FederatedConfig = field(default_factory=FederatedConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
 
 
 def register() -> None:

@@ -97,6 +97,9 @@ class Run:
                     notes.append(f"loadavg {float(avg[0]):.2f} at {when} > {LOADED_FRACTION:g} x {cpus:g} CPUs")
         if cpu_s is not None and wall_s and cpus == cpus and float(cpu_s) > cpus * float(wall_s):
             notes.append(f"roles' CPU {float(cpu_s):.0f} s > {cpus:g} CPUs x {float(wall_s):.0f} s wall")
+        placement = self.meta.get("placement") or {}
+        if placement.get("oversubscribed"):          # more busy roles than cores on a host (harness/placement.py)
+            notes.append(f"oversubscribed: more roles than cores on {', '.join(placement.get('oversubscribed_hosts') or ['a host'])}")
         return bool(notes), "; ".join(notes)
 
     def bases(self) -> tuple[bool, str]:
