@@ -7,7 +7,9 @@ run, one after another. Multirun (``-m``) sweeps work as in any Hydra app, with 
 A single run's overrides are composed once before the app starts, so that a bad one (a
 value of the wrong type, an unknown key, bad override syntax) ends with one line naming
 the key and exit status 2 instead of Hydra's multi-line report. With any ``-`` flag
-(``-m``, ``--help``, ``--cfg`` ...) that check is left to Hydra.
+(``-m``, ``--cfg`` ...) that check is left to Hydra. ``--help`` / ``-h`` print narrowband's own
+screen (harness.usage: scenarios, config groups, commands; Hydra's is ``--hydra-help``), and
+a bare ``python -m harness`` says how to start and exits with status 2.
 """
 from __future__ import annotations
 
@@ -111,6 +113,14 @@ def _bad_syntax(overrides: list[str]) -> str:
 
 
 def main() -> None:
+    from harness.usage import HELP_FLAGS, help_text, start_text
+
+    if not sys.argv[1:]:
+        print(start_text(), file=sys.stderr)
+        raise SystemExit(2)
+    if any(a in HELP_FLAGS for a in sys.argv[1:]):
+        print(help_text())
+        return
     try:
         sys.argv[1:] = translate_argv(precheck_argv(sys.argv[1:]))
     except ConfigError as err:
