@@ -16,7 +16,7 @@ keep the plain optimizer.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -38,6 +38,25 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], name: str = "adamw", lr
     if name == "sgd":
         return torch.optim.SGD(plist, lr=lr, momentum=momentum, weight_decay=weight_decay, foreach=False)
     raise ConfigError(f"{key}: {name!r} is not allowed; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def second_moments(optimizer: Any, params: Mapping[str, Tensor]
+                   ) -> tuple[dict[str, Tensor], int, float, float]:
+    """Adam's preconditioner state of ``optimizer`` (torch Adam/AdamW or a FlatOptimizer over
+    them) for the named ``params``: (exp_avg_sq per name, shaped like the tensor; the steps
+    taken; beta2; eps). Before the first step: ({}, 0, beta2, eps). Views, not copies: read
+    them before the next step. ValueError for an optimizer without betas (SGD)."""
+    group = optimizer.param_groups[0]
+    if "betas" not in group:
+        raise ValueError(f"second_moments: {type(optimizer).__name__} keeps no second moment (Adam/AdamW only)")
+    moments, steps = {}, 0
+    state = optimizer.state
+    for name, p in params.items():
+        entry = state.get(p, {})
+        if "exp_avg_sq" in entry:
+            moments[name] = entry["exp_avg_sq"]
+            steps = int(entry["step"])
+    return moments, steps, float(group["betas"][1]), float(group["eps"])
 
 
 class FlatOptimizer:

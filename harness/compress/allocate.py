@@ -22,6 +22,14 @@ Why it is (nearly) optimal:
     energy of the first triplet it had to skip: OPT <= LP optimum <= greedy + e_skip.
     `allocate_exact` solves it by dynamic programming over the budget in units of
     gcd(costs); tests check both against brute force on small cases.
+
+Gains other than energy (Spar's ``allocation`` option): the allocators maximise any per-triplet
+gains, as long as they are non-increasing within a matrix (the shipped factors are a matrix's
+top-k triplets in singular-value order, so rank k buys triplets 1..k). `normalized_gains`
+divides a matrix's energies by its squared Frobenius norm; `pooled` makes an arbitrary gain
+sequence non-increasing by pool-adjacent-violators, i.e. replaces it by the slopes of the least
+concave majorant of its cumulative sum: the cumulative gain is unchanged at every breakpoint of
+that majorant, and greedy on the pooled gains is the fractional optimum of the concave hull.
 """
 from __future__ import annotations
 
@@ -121,3 +129,29 @@ def allocate_exact(energies: list[np.ndarray], costs: list[int], budget: int,
 def kept_energy(energies: list[np.ndarray], ranks: list[int]) -> float:
     """Total energy of the first ranks[i] triplets of every matrix."""
     return float(sum(np.asarray(e, dtype=np.float64)[:k].sum() for e, k in zip(energies, ranks)))
+
+
+def normalized_gains(energies: np.ndarray, total: float) -> np.ndarray:
+    """Energies of one matrix as fractions of its squared Frobenius norm ``total`` (all zero when
+    ``total`` is 0): every matrix is worth 1 in all, so the allocation minimises the SUM of the
+    matrices' RELATIVE squared errors sum_i ||M_i - M^_i||^2 / ||M_i||^2 instead of the total
+    squared error."""
+    e = np.asarray(energies, dtype=np.float64)
+    return e / total if total > 0 else np.zeros_like(e)
+
+
+def pooled(gains: np.ndarray) -> np.ndarray:
+    """The non-increasing sequence nearest to ``gains`` in the pool-adjacent-violators sense: every
+    run of values that rises is replaced by its mean (equal weights), repeated until no rise is
+    left. Equals the slopes of the least concave majorant of cumsum(gains) (see module doc);
+    a non-increasing input is returned unchanged (a copy, float64)."""
+    values: list[float] = []
+    counts: list[int] = []
+    for g in np.asarray(gains, dtype=np.float64).tolist():
+        values.append(g)
+        counts.append(1)
+        while len(values) > 1 and values[-2] < values[-1]:
+            v, c = values.pop(), counts.pop()
+            values[-1] = (values[-1] * counts[-1] + v * c) / (counts[-1] + c)
+            counts[-1] += c
+    return np.repeat(np.asarray(values, dtype=np.float64), counts)

@@ -28,6 +28,27 @@ values cost no accuracy; the best rank-k approximation for the directions found)
   torch.linalg.svd(full_matrices=False) 14 ms; 64x4096 4.2 vs 70 ms.
 - ``svd="svd"``: torch.linalg.svd, the reference (``python -m harness.compress.bench`` times it).
 
+Allocation (``allocation``, what the greedy maximises per byte; the bytes and the decoder are the
+same for all three: a worker decodes the same factor pairs whichever chose the ranks):
+- ``energy`` (default, the paper's): sigma_ij^2, the squared singular values. Minimises the total
+  squared error sum_i ||M_i - M^_i||_F^2 of the gradient.
+- ``normalized``: sigma_ij^2 / ||M_i||_F^2 (allocate.normalized_gains). Minimises the sum of the
+  matrices' relative squared errors, so a matrix with little energy (LoRA's A gradients: 3.5-16%
+  of B's) is worth as much as one with much.
+- ``preconditioned``: the energy of the Adam step each triplet would cause. With D_i the
+  elementwise preconditioner 1 / (sqrt(v^_i) + eps) of matrix i, the gain of triplet j is
+  ||D_i * T_ij||_F^2, T_ij = u_j u_j^T M_i (m <= n) or M_i v_j v_j^T (m > n): the rank-1 piece
+  the projection form ships, so rank k ships T_i1 + ... + T_ik exactly (before wire rounding).
+  Computed as sum_ab D_ab^2 P_aj^2 Q_bj^2 for the factor columns P_j, Q_j (m n k per matrix).
+  v^_i = (beta2 v_i + (1 - beta2) x_i^2) / (1 - beta2^(t+1)): Adam's bias-corrected second
+  moment AFTER this step if the step's gradient were x_i, the tensor being encoded (g + e under
+  error feedback), from the optimizer state ``provide_preconditioner`` handed over (v_i, t
+  steps so far, beta2, eps: the learner's replicated Adam state); without one, v = 0 and t = 0
+  (the first step's preconditioner, 1 / (|x| + eps)). The pieces are not D-orthogonal, so the
+  gains are per-triplet scores, not an exact decomposition; they need not fall with j and are
+  made non-increasing by pool-adjacent-violators (allocate.pooled). Beyond the paper: an
+  ablation (docs/compress.md, "Allocation").
+
 info: ranks {name: k} (per step: the report's rank heatmap), energy_kept (fraction of the
 squared norm of the matrices kept before rounding), dense (number of tensors shipped dense).
 """
@@ -40,12 +61,13 @@ import numpy as np
 import torch
 
 from harness.compress import factors
-from harness.compress.allocate import allocate_exact, allocate_greedy
+from harness.compress.allocate import allocate_exact, allocate_greedy, normalized_gains, pooled
 from harness.compress.base import WIRE_DTYPES, BaseCompressor, CompressorError, check_choice, generator
 from harness.compress.identity import KIND_DENSE, dense_decode, dense_nbytes, dense_record
 from harness.compress.payload import Payload, PayloadError, Record, TensorEntry, header_nbytes, table_bytes
 
 ALLOCATORS = ("greedy", "exact")
+ALLOCATIONS = ("energy", "normalized", "preconditioned")
 
 
 @dataclass
@@ -142,9 +164,11 @@ class Spar(BaseCompressor):
 
     def __init__(self, *, budget: float | None = None, budget_bytes: int | None = None, dtype: str = "bf16",
                  seed: int = 0, allocator: str = "greedy", svd: str = "sketch", sketch_columns: int = 12,
-                 sketch_power: int = 3, backward_grams: bool = False) -> None:
+                 sketch_power: int = 3, backward_grams: bool = False, allocation: str = "energy") -> None:
         super().__init__(budget=budget, budget_bytes=budget_bytes, dtype=dtype, seed=seed)
         self.allocator = check_choice("compressor.options.allocator", allocator, ALLOCATORS)
+        self.allocation = check_choice("compressor.options.allocation", allocation, ALLOCATIONS)
+        self._moments: tuple[dict[str, torch.Tensor], int, float, float] | None = None
         self.svd = check_choice("compressor.options.svd", svd, SVD_METHODS)
         for key, value, low in (("sketch_columns", sketch_columns, 1), ("sketch_power", sketch_power, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -169,6 +193,30 @@ class Spar(BaseCompressor):
         encode only, for every shape group whose matrices all have one; the rest are computed there."""
         self._given = dict(grams)
 
+    def provide_preconditioner(self, second_moment: dict[str, torch.Tensor], steps: int, beta2: float,
+                               eps: float) -> None:
+        """Adam's state for the next encode's ``preconditioned`` allocation (ignored by the others):
+        the second moment v (exp_avg_sq) per tensor name, shaped like the tensor, after ``steps``
+        optimizer steps, and the optimizer's beta2 and eps. Used by the next encode only; a tensor
+        without one gets v = 0."""
+        self._moments = ({n: v for n, v in second_moment.items()}, int(steps), float(beta2), float(eps))
+
+    def _precondition(self, tensors: dict[str, torch.Tensor], entries: list[TensorEntry],
+                      matrices: list[int]) -> dict[int, torch.Tensor]:
+        """Per matrix index: D^2 = 1 / (sqrt(v^) + eps)^2 as an m x n matrix (module doc, "Allocation")."""
+        moments, self._moments = self._moments, None
+        second, steps, beta2, eps = moments if moments is not None else ({}, 0, 0.999, 1e-8)
+        correction = 1.0 - beta2 ** (steps + 1)
+        out = {}
+        for i in matrices:
+            name = entries[i].name
+            x = tensors[name].reshape(matrix_shape(entries[i].shape)).double()
+            v = (1.0 - beta2) * x.square()
+            if name in second:
+                v = v + beta2 * second[name].reshape(x.shape).to(x)
+            out[i] = (v / correction).sqrt().add_(eps).reciprocal_().square_()
+        return out
+
     def _encode(self, tensors: dict[str, torch.Tensor], entries: list[TensorEntry], step: int,
                 budget: int | None) -> Payload:
         meta = {"dtype": self.dtype, "dense_dtype": self.dense_dtype}
@@ -182,8 +230,9 @@ class Spar(BaseCompressor):
         # Where the budget buys rank 1 for every matrix (LLM proportions), nearly every matrix needs
         # its eigenvectors anyway: one eigh per group then gives values and vectors at once. Below
         # that (the tiny model at 1.6%), eigenvalues for all and vectors only where rank > 0.
-        energy, total = self._energies(groups, step, vectors=budget - fixed >= sum(costs.values()))
-        ranks = self._allocate(groups, energy, costs, budget - fixed)
+        weights = self._precondition(tensors, entries, matrices) if self.allocation == "preconditioned" else None
+        energy, total = self._energies(groups, step, vectors=weights is not None or budget - fixed >= sum(costs.values()))
+        ranks = self._allocate(groups, energy, costs, budget - fixed, total, weights)
         pairs = self._factors(groups, ranks)                     # bases only where rank > 0
 
         records = []
@@ -290,15 +339,43 @@ class Spar(BaseCompressor):
         e, w = _eigh((basis.mT @ gram) @ basis)
         return e, trace, basis @ w
 
+    def _gains(self, groups: list[_Group], energy: dict[int, np.ndarray], total: dict[int, float],
+               weights: dict[int, torch.Tensor] | None) -> dict[int, np.ndarray]:
+        """What the allocator maximises per matrix index (module doc, "Allocation"): the energies
+        themselves (``energy``), as fractions of the matrix's norm (``normalized``), or the
+        preconditioned energies of the rank-1 pieces, pooled to be non-increasing."""
+        if self.allocation == "energy":
+            return energy
+        if self.allocation == "normalized":
+            return {i: normalized_gains(e, total[i]) for i, e in energy.items()}
+        gains = {}
+        for g in groups:
+            m, n = g.batch.shape[-2:]
+            for j, i in enumerate(g.idx):
+                k = len(energy[i])
+                if g.gram is None:                               # svd path: left = U S, right = V
+                    left, right = g.left[j][:, :k], g.right[j][:, :k]
+                else:
+                    basis = g.vectors[j][:, -k:].flip(-1) if k else g.vectors[j][:, :0]
+                    mat = g.batch[j]
+                    left, right = (basis, mat.mT @ basis) if m <= n else (mat @ basis, basis)
+                left, right = left.double().square(), right.double().square()
+                score = (left * (weights[i] @ right)).sum(0)     # sum_ab D_ab^2 P_aj^2 Q_bj^2 per column j
+                gains[i] = pooled(score.cpu().numpy())
+        return gains
+
     def _allocate(self, groups: list[_Group], energy: dict[int, np.ndarray], costs: dict[int, int],
-                  room: int) -> dict[int, int]:
-        """Ranks per matrix index under ``room`` bytes. A sketched matrix allocated every direction
-        the allocation was shown may deserve more: it moves to an exact group of its own (gram
-        ``eigh``) and the allocation is redone, until no sketched matrix is saturated."""
+                  room: int, total: dict[int, float] | None = None,
+                  weights: dict[int, torch.Tensor] | None = None) -> dict[int, int]:
+        """Ranks per matrix index under ``room`` bytes, maximising ``_gains``. A sketched matrix
+        allocated every direction the allocation was shown may deserve more: it moves to an exact
+        group of its own (gram ``eigh``) and the allocation is redone, until no sketched matrix is
+        saturated."""
         allocate = allocate_exact if self.allocator == "exact" else allocate_greedy
         while True:
             order = list(costs)
-            ranks = dict(zip(order, allocate([energy[i] for i in order], [costs[i] for i in order], room)))
+            gains = self._gains(groups, energy, total, weights)
+            ranks = dict(zip(order, allocate([gains[i] for i in order], [costs[i] for i in order], room)))
             moved = False
             for g in [g for g in groups if not g.exact]:
                 full = [j for j, i in enumerate(g.idx) if ranks[i] >= len(energy[i])]

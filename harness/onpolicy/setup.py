@@ -136,6 +136,10 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         if compressor.options.get("backward_grams") and name != "hilo":
             raise ConfigError(f"compressor.options.backward_grams: true is not allowed with method.name={name}; "
                               "only hilo encodes the gradients that backward produces (harness.onpolicy.overlap)")
+        if compressor.options.get("allocation") == "preconditioned" and (name != "hilo" or op["optimizer"] == "sgd"):
+            raise ConfigError(f"compressor.options.allocation: preconditioned is not allowed with method.name={name} "
+                              f"and onpolicy.optimizer={op['optimizer']}; only hilo with adamw or adam holds the "
+                              "replicated Adam state it reads (energy or normalized otherwise)")
     if name == "patch":
         from harness.onpolicy.codec import check as check_codec
 

@@ -22,6 +22,9 @@ What each method sends down per update:
   ErrorFeedback, which decodes the payload's BYTES: g^ is exactly what a worker decodes);
   e <- g + e - g^; the learner steps on g^ and so does every worker, on a replicated
   optimizer state: adapters and optimizer states stay bit-identical, and that is verified.
+  With Spar's ``allocation: preconditioned`` the learner hands the compressor its Adam second
+  moments before each encode (harness.optim.second_moments); they only choose the ranks, so a
+  worker decodes and replays exactly as with any other allocation.
 - ``patch`` (harness.onpolicy.patch): the entries whose bf16 view changed, as positions and
   new bf16 values, zstd-coded; the workers' state is full_sync (bf16)'s bit for bit.
 """
@@ -216,6 +219,10 @@ class HiLoLearner(LearnerSync):
         grams = self.backward.grams(grad_scale) if self.backward is not None else None
         if grams is not None:
             self.compressor.provide_grams(grams)
+        if getattr(self.compressor, "allocation", None) == "preconditioned":
+            from harness.optim import second_moments   # Spar allocating by the replicated Adam state
+
+            self.compressor.provide_preconditioner(*second_moments(self.replica.optimizer, self.replica.params))
         grads = {}
         for n, p in self.replica.params.items():
             if p.grad is None:
