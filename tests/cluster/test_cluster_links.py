@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -79,7 +80,9 @@ def test_chunks_are_about_ten_milliseconds_of_the_link():
     assert chunk_bytes(100e9) == 1 << 20             # ceiling
 
 
-def test_token_bucket_paces_to_its_rate_and_shares_it():
+def test_token_bucket_paces_to_its_rate_and_shares_it(monkeypatch):
+    from harness.wire import links as links_mod
+
     bucket = TokenBucket(rate_Bps=400_000, burst=8_000)   # 40 chunks of 8 kB = 320 kB -> ~0.78 s
     start = time.monotonic()
     for _ in range(40):
@@ -87,10 +90,15 @@ def test_token_bucket_paces_to_its_rate_and_shares_it():
     elapsed = time.monotonic() - start
     assert elapsed >= 0.7, elapsed                 # (320 kB - one 8 kB burst) / 400 kB/s = 0.78 s at least;
     # no upper bound: a loaded machine may only add time (the pacing figure is in tests/benchmarks/test_pacing.py)
-    # two reservations booked back to back: the second waits for the first
+    # two reservations booked back to back: the second waits for the first (on a stopped clock,
+    # so that a preemption between the two calls cannot refill the bucket)
+    clock = [1000.0]
+    monkeypatch.setattr(links_mod, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
     bucket = TokenBucket(rate_Bps=1_000_000, burst=10_000)
     assert bucket.reserve(10_000) == 0.0
-    assert bucket.reserve(10_000) == pytest.approx(0.01, abs=0.002)
+    assert bucket.reserve(10_000) == pytest.approx(10_000 / 1_000_000)      # 10 kB at 1 MB/s
+    clock[0] += 0.004                                                      # 4 ms refill 4 kB of the 10 kB debt
+    assert bucket.reserve(0) == pytest.approx(0.006)
     with pytest.raises(ValueError, match="must be > 0"):
         TokenBucket(0, 1)
 

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 from harness.cluster.supervise import start, stop_all, watch
@@ -65,8 +66,19 @@ def test_the_killed_child_is_blamed_not_its_victims(tmp_path):
     assert (status, reason.split(";")[0]) == ("failed", "role killed (rank 1) was killed by SIGKILL")
 
 
+def _wait_for_file(path, timeout_s: float = 60.0) -> None:
+    """A bound on waiting for a child to get somewhere (a loaded machine starts Python slowly), not a timing check."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert path.exists(), f"the child never wrote {path}"
+
+
 def test_silence_is_a_hang(tmp_path):
-    procs = [child(tmp_path, "quiet", 0, "beat('ready\\n'); import time; time.sleep(60)")]
+    marker = tmp_path / "beaten"
+    procs = [child(tmp_path, "quiet", 0, f"beat('ready\\n'); open({str(marker)!r}, 'w').close(); "
+                                         "import time; time.sleep(60)")]
+    _wait_for_file(marker)              # 'ready' is in the pipe before the watch starts: start-up is not timed
     try:
         status, reason = watch(procs, hang_timeout_s=0.5, startup_timeout_s=0.5, progress=False)
     finally:
@@ -74,6 +86,55 @@ def test_silence_is_a_hang(tmp_path):
     assert status == "failed" and reason.startswith("hang: no progress from any role")
     assert "quiet 'ready'" in reason
     assert gone(procs[0].popen.pid)
+
+
+NOTICE_S = 5.0      # the watchdog polls every 0.1 s; a regression to a slow poll (or to the hang timeout) breaks this
+
+
+def test_a_death_is_noticed_within_seconds_not_at_the_hang_timeout(tmp_path):
+    marker = tmp_path / "up"
+    procs = [child(tmp_path, "hub", 0, "beat('ready\\n'); import time; time.sleep(120)"),
+             child(tmp_path, "victim", 1, f"beat('ready\\n'); open({str(marker)!r}, 'w').close(); "
+                                          "import time\nwhile True: beat('beat 1\\n'); time.sleep(0.2)")]
+    _wait_for_file(marker)
+    result: dict = {}
+
+    def kill_soon():
+        time.sleep(1.0)
+        os.kill(procs[1].popen.pid, signal.SIGKILL)
+        result["killed"] = time.monotonic()
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    try:
+        status, reason = watch(procs, hang_timeout_s=60, startup_timeout_s=60, progress=False)
+        noticed = time.monotonic()
+    finally:
+        killer.join()
+        stop_all(procs)
+    assert (status, reason.split(";")[0]) == ("failed", "role victim (rank 1) was killed by SIGKILL")
+    assert noticed - result["killed"] < NOTICE_S, f"the death was noticed {noticed - result['killed']:.2f}s after the kill"
+
+
+def test_stop_all_escalates_to_sigkill_after_the_grace_for_a_child_ignoring_sigterm(tmp_path):
+    from harness.cluster.supervise import STOP_GRACE_S
+
+    marker = tmp_path / "deaf"
+    stubborn = child(tmp_path, "stubborn", 0, f"""
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open({str(marker)!r}, 'w').close()
+        time.sleep(120)""")
+    polite = child(tmp_path, "polite", 1, "import time; time.sleep(120)")
+    _wait_for_file(marker)                       # SIGTERM is ignored from here on
+    started = time.monotonic()
+    stop_all([stubborn, polite])
+    took = time.monotonic() - started
+    assert stubborn.popen.returncode == -signal.SIGKILL, stubborn.popen.returncode
+    assert polite.popen.returncode == -signal.SIGTERM, polite.popen.returncode
+    assert took >= STOP_GRACE_S, f"SIGKILL came {took:.2f}s after SIGTERM, before the {STOP_GRACE_S:g}s grace"
+    assert took < STOP_GRACE_S + 30, f"stop_all took {took:.1f}s"   # a bound on a hang, not a timing target
+    assert gone(stubborn.popen.pid) and gone(polite.popen.pid)
 
 
 def test_children_die_with_a_parent_killed_by_sigkill(tmp_path):
