@@ -164,3 +164,53 @@ def test_silent_peer_times_out_and_garbage_is_a_protocol_error():
     net.wire(0).isend(torch.arange(HEADER_WORDS, dtype=torch.int64).view(torch.uint8), 1)   # bytes, as on the wire
     with pytest.raises(TransportError, match="protocol mismatch from rank 0"):
         ch.recv(0, "garbage")
+
+
+class _StalledWire:
+    """A wire whose first message in each direction goes through (the header and its eager bytes)
+    and whose later ones never complete: it records the timeout each wait was given, then times
+    out at once (as gloo does when that timeout expires), so a stall costs no wall-clock time."""
+
+    def __init__(self, net: MemoryNet, rank: int):
+        self.inner, self.waits = net.wire(rank), []
+        self._ops = 0
+
+    def _stall(self, real):
+        self._ops += 1
+        if self._ops == 1:
+            return real
+
+        wire = self
+
+        class _Never:
+            def wait(self, timeout):
+                wire.waits.append(timeout.total_seconds())
+                raise RuntimeError("Timed out waiting for operation to complete")
+        return _Never()
+
+    def isend(self, tensor, peer):
+        return self._stall(self.inner.isend(tensor, peer))
+
+    def irecv(self, tensor, peer):
+        return self._stall(self.inner.irecv(tensor, peer))
+
+
+@pytest.mark.parametrize("rate_mbit, sized_s", [(1, 30 + 4 * (8.0 + 1)), (100, 30 + 4 * (0.08 + 1))])
+def test_a_stalled_transfer_fails_after_the_time_sized_from_its_bytes_and_rate(rate_mbit, sized_s):
+    """1 MB over a node's uplink: the rest of the message after the eager bytes never comes.
+
+    The timeout is sized by hand here: 30 s + 4 x (bytes*8/rate x (world-1) + delay + 1 s), so
+    1 MB at 1 Mbit/s waits 66 s and at 100 Mbit/s 34.3 s: a slow link gets longer, a fast one
+    fails in about its own sized time, not after the first message's wait_s (600 s here)."""
+    links = LinkTable(up=(OPEN, LinkSpec(rate_bps=rate_mbit * 1e6)), down=(OPEN, OPEN))
+    net = MemoryNet(2)
+    sender_wire, receiver_wire = _StalledWire(net, 1), _StalledWire(net, 0)
+    sender = Channel(1, 2, links, "tc", wait_s=600, wire=sender_wire)
+    receiver = Channel(0, 2, links, "tc", wait_s=600, wire=receiver_wire)
+    with pytest.raises(TransportError, match=r"rank 1: sending 1000000 bytes \(#0\) to rank 0 failed"):
+        sender.send(0, blob(1_000_000), "big")
+    with pytest.raises(TransportError, match=r"rank 0: receiving 1000000 bytes \(#0\) from rank 1 failed"):
+        receiver.recv(1, "big")
+    for wire in (sender_wire, receiver_wire):
+        (waited,) = wire.waits
+        assert sized_s - 1.0 < waited <= sized_s, (waited, sized_s)      # less only the time since the header

@@ -51,7 +51,9 @@ def test_userspace_broadcast_through_downlinks_takes_one_payload_time(userspace_
           f"({[round(r['seconds'], 3) for r in records]} s, ideal {records[0]['ideal_s']:.3f} s)")
     assert records[0]["ideal_s"] == pytest.approx(1.2)
     assert records[0]["payload_bytes"] == 3 * 1_500_000
-    assert 0.85 <= ratio <= 1.15
+    # a lower bound only: pacing never beats the rate (less a burst), and 4 processes on a loaded machine
+    # may only add time; the window around 1 is a benchmark (tests/benchmarks/test_wire.py, test_pacing.py)
+    assert ratio >= 0.85, ratio
 
 
 @pytest.fixture(scope="module")

@@ -170,3 +170,33 @@ def test_children_started_while_signals_are_held_still_stop_on_sigterm(tmp_path)
     # SIGTERM itself ended it (stop_all escalates to SIGKILL only for a child that ignores SIGTERM,
     # which a child that inherited the blocked mask would): the behaviour, without a wall-clock window
     assert proc.popen.returncode == -signal.SIGTERM
+
+
+class _Store:
+    """The rendezvous store's add(), counting arrivals as c10d's TCPStore does."""
+
+    def __init__(self, others: int = 0):
+        self.count = others
+
+    def add(self, key: str, amount: int) -> int:
+        self.count += amount
+        return self.count
+
+
+def test_the_closing_barrier_waits_for_dead_peers_at_most_its_bound(monkeypatch, capsys):
+    """Survivors of a dropped role leave the closing barrier after the bound (15 s in a run:
+    min(CLOSING_WAIT_S, wait_s)); 0.3 s here, so the lower bound shows it waited and did not hang."""
+    import torch.distributed as dist
+
+    from harness.cluster.role import bounded_barrier
+
+    store = _Store(others=1)                   # one survivor arrived before this one; the third is dead
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+    started = time.monotonic()
+    assert bounded_barrier(world_size=3, wait_s=0.3) is False
+    took = time.monotonic() - started
+    assert 0.3 <= took < 0.3 + 30, took         # waited its bound, then left (30 s: a hang bound only)
+    assert "2 of 3 roles arrived within 0.3s" in capsys.readouterr().err
+    store = _Store(others=2)                   # everyone else is there: no wait at all
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+    assert bounded_barrier(world_size=3, wait_s=600) is True
