@@ -141,11 +141,25 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         rc = subprocess.call(list(step.argv))
         results.append((step.name, rc, time.time() - t0))
-    print("\nmake bench summary")
-    for name, rc, seconds in results:
-        print(f"  {'ok    ' if rc == 0 else 'FAILED'} {name:<16} {seconds:7.1f} s")
-    print("report: results/summary.md, results/tables/*.csv, results/plots/")
+    print(final_screen(results))
     return 0 if all(rc == 0 for _, rc, _ in results) else 1
+
+
+def final_screen(results: list[tuple[str, int, float]]) -> str:
+    """The one screen at the end: the claims in short form, where the report is, each step's time."""
+    from harness.report.brief import claims_path, screen, short_frame
+
+    out = ["", "make bench: the claims (short form; rules, seeds and notes in results/summary.md)"]
+    path = claims_path()
+    if path.is_file():
+        import pandas as pd
+        out.append(screen(short_frame(pd.read_csv(path))))
+    else:
+        out.append(f"  (no {path}: the report step did not run or failed)")
+    out += ["", "report: results/summary.md, results/tables/*.csv, results/plots/", "steps:"]
+    out += [f"  {'ok    ' if rc == 0 else 'FAILED'} {name:<16} {seconds / 60:6.1f} min" for name, rc, seconds in results]
+    out.append(f"  total {sum(s for *_, s in results) / 60:.1f} min")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

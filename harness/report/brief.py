@@ -1,0 +1,137 @@
+"""The claims table in short form: method, claim, where, estimate [95% interval], verdict, model.
+
+One reader of results/tables/claims.csv (written by harness.report.claims) for the two places
+that show a short table: the end of ``make bench`` (a terminal screen) and the README's front
+page (markdown). The wide table, with rules, seeds and notes, stays in results/summary.md.
+
+    python -m harness.report.brief [--markdown] [--claims results/tables/claims.csv]
+
+The model column is the claims table's own ``model`` column when it has one; otherwise the
+model is read off the scenario named in ``where`` (its composed ``model.name``), or "–".
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from harness.paths import results_root
+
+PERCENT = ("bytes_frac", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "quality_retained")
+TIMES = ("speedup",)
+MODELS = {"tiny": "tiny (toy)", "wide": "wide (LLM shape)", "small": "small (toy)",
+          "smollm2": "SmolLM2-135M", "hf": "local HF model"}
+
+
+def claims_path(root: Path | None = None) -> Path:
+    return (root or results_root()) / "tables" / "claims.csv"
+
+
+def _number(value: float, statistic: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if statistic in PERCENT:
+        return f"{100 * value:.1f}%" if abs(value) >= 0.1 else f"{100 * value:.2f}%"
+    if statistic in TIMES:
+        return f"{value:.2f}x"
+    return f"{value:+.3f}" if "-" in statistic else f"{value:.3f}"
+
+
+def estimate(row: pd.Series) -> str:
+    """``3.59x [3.24, 3.94]`` in the claim's own unit."""
+    stat = str(row.get("statistic", ""))
+    point = _number(row["estimate"], stat)
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return point
+    return f"{point} [{_number(low, stat)}, {_number(high, stat)}]"
+
+
+def _scenario_model(scenario: str) -> str:
+    from harness.errors import ConfigError
+
+    try:
+        from harness.run import compose_config
+        name = str(compose_config([f"scenario={scenario}"]).model.name)
+    except (ConfigError, Exception):  # noqa: BLE001 - a scenario that no longer composes is "–", not a crash
+        return "–"
+    return MODELS.get(name, name)
+
+
+def compact_where(where: str) -> str:
+    """``hilo_distill 10 Mbit/s`` / ``spra_federated sgd vs fedit``: the scenario and what tells rows apart."""
+    import re
+
+    scenario = where.split(" ", 1)[0]
+    parts = [scenario]
+    rate = re.search(r"([\d.]+ Mbit/s|trace[^,]*)", where)
+    parts += [rate.group(1)] if rate else []
+    opt = re.search(r"optimizer (\w+)", where)
+    parts += [opt.group(1)] if opt else []
+    pair = re.search(r", ((?:\w+ )?vs [^,]+)$", where)
+    if pair and " bf16" not in pair.group(1):
+        parts.append(pair.group(1))
+    return " ".join(parts)
+
+
+def _claim(text: str) -> str:
+    """The claim without a trailing parenthetical note."""
+    return text[: text.rindex(" (")] if text.endswith(")") and " (" in text else text
+
+
+def short_frame(claims: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim row: method, claim, where (compact_where), estimate [CI], verdict, n, model (+ horizon)."""
+    cache: dict[str, str] = {}
+    rows = []
+    for _, row in claims.iterrows():
+        where = str(row.get("where", ""))
+        scenario = where.split(" ", 1)[0]
+        if "model" in claims.columns and isinstance(row.get("model"), str) and row["model"]:
+            model = row["model"]
+        else:
+            model = cache.setdefault(scenario, _scenario_model(scenario))
+        short = {"method": row["method"], "claim": _claim(str(row["claim"])), "where": compact_where(where),
+                 "estimate [95% CI]": estimate(row),
+                 "verdict": row["verdict"], "n": int(row["n_seeds"]) if not pd.isna(row["n_seeds"]) else 0,
+                 "model": model}
+        if "horizon" in claims.columns:
+            short["horizon"] = row.get("horizon", "")
+        rows.append(short)
+    return pd.DataFrame(rows)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    cols = list(frame.columns)
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    out += ["| " + " | ".join(str(v) for v in r) + " |" for r in frame.itertuples(index=False)]
+    return "\n".join(out)
+
+
+def screen(frame: pd.DataFrame, width: int = 160) -> str:
+    """A plain-text table for the terminal, one claim a line, cut to ``width``."""
+    cols = list(frame.columns)
+    widths = {c: max(len(c), *(len(str(v)) for v in frame[c])) if len(frame) else len(c) for c in cols}
+    widths["claim"] = min(widths["claim"], 40)
+    widths["where"] = min(widths["where"], 32)
+    line = lambda vals: "  ".join(str(v)[: widths[c]].ljust(widths[c]) for c, v in zip(cols, vals))[:width]  # noqa: E731
+    return "\n".join([line(cols), *(line([r[c] for c in cols]) for _, r in frame.iterrows())])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report.brief", description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=Path, default=None, help="claims.csv (default results/tables/claims.csv)")
+    parser.add_argument("--markdown", action="store_true", help="a markdown table (the README's) instead of text")
+    args = parser.parse_args(argv)
+    path = args.claims or claims_path()
+    if not path.is_file():
+        print(f"error: --claims: {str(path)!r} does not exist; python -m harness.report writes it")
+        return 2
+    frame = short_frame(pd.read_csv(path))
+    print(markdown(frame) if args.markdown else screen(frame))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

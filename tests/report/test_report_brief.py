@@ -1,0 +1,51 @@
+"""The claims table in short form (harness.report.brief) and the end screen of make bench."""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.report.brief import compact_where, markdown, screen, short_frame
+
+CLAIMS = pd.DataFrame([
+    {"method": "HiLo", "claim": "update speedup >= 2.2x vs full sync", "statistic": "speedup",
+     "where": "hilo_distill [tc] 10 Mbit/s, r=64, vs full_sync_10mbit bf16", "estimate": 3.5902,
+     "ci_low": 3.2425, "ci_high": 3.9380, "n_seeds": 5, "verdict": "met", "model": "tiny (toy)"},
+    {"method": "SPRA-LoRA", "claim": "uplink <= 50% of FedIT (B only)", "statistic": "uplink_frac_vs_fedit",
+     "where": "spra_federated [tc] ranks 64,32,16,8,4, optimizer sgd", "estimate": 0.5299,
+     "ci_low": float("nan"), "ci_high": float("nan"), "n_seeds": 1, "verdict": "inconclusive", "model": "SmolLM2-135M"},
+    {"method": "SPRA-LoRA", "claim": "higher final accuracy than every baseline",
+     "statistic": "accuracy - baseline accuracy", "where": "spra_federated [tc] ranks 64,32, optimizer sgd, vs ffa",
+     "estimate": 0.003, "ci_low": -0.0351, "ci_high": 0.0411, "n_seeds": 5, "verdict": "inconclusive", "model": ""},
+])
+
+
+def test_short_form_keeps_each_claims_unit_interval_verdict_and_model(monkeypatch):
+    monkeypatch.setattr("harness.report.brief._scenario_model", lambda scenario: f"<{scenario}>")
+    frame = short_frame(CLAIMS)
+    assert list(frame.columns) == ["method", "claim", "where", "estimate [95% CI]", "verdict", "n", "model"]
+    assert frame["estimate [95% CI]"].tolist() == ["3.59x [3.24x, 3.94x]", "53.0%", "+0.003 [-0.035, +0.041]"]
+    assert frame["claim"].tolist()[1] == "uplink <= 50% of FedIT"          # the trailing note is dropped
+    assert frame["model"].tolist() == ["tiny (toy)", "SmolLM2-135M", "<spra_federated>"]   # empty: from the scenario
+    assert frame["where"].tolist() == ["hilo_distill 10 Mbit/s", "spra_federated sgd", "spra_federated sgd vs ffa"]
+
+
+def test_where_names_trace_rates_and_pairs():
+    assert compact_where("hilo_distill [tc] trace lte (mean 4.8 Mbit/s), r=64, vs full_sync_trace bf16") \
+        .startswith("hilo_distill trace lte")
+    assert compact_where("hilo_wide [tc] 10 Mbit/s, r=64, vs low-rank r=1") == "hilo_wide 10 Mbit/s vs low-rank r=1"
+
+
+def test_screen_and_markdown_have_a_line_per_claim(monkeypatch):
+    frame = short_frame(CLAIMS.assign(model="m"))
+    text = screen(frame)
+    assert len(text.splitlines()) == 1 + len(CLAIMS) and "3.59x" in text.splitlines()[1]
+    md = markdown(frame).splitlines()
+    assert md[0].startswith("| method | claim |") and len(md) == 2 + len(CLAIMS)
+
+
+def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path, monkeypatch):
+    from harness.bench import final_screen
+
+    monkeypatch.setattr("harness.report.brief.claims_path", lambda root=None: tmp_path / "absent.csv")
+    text = final_screen([("hilo_distill", 0, 600.0), ("report", 1, 30.0)])
+    assert "results/summary.md" in text and "no " in text
+    assert "ok     hilo_distill" in text and "10.0 min" in text and "FAILED report" in text and "total 10.5 min" in text
