@@ -77,8 +77,22 @@ class GrowConfig:
 
 
 @dataclass
+class ChatConfig:
+    """task.format=chat: questions through the model's chat template (harness/tasks/chat.py)."""
+    low: int = 0                     # smallest operand
+    high: int = 20                   # largest operand (inclusive); wider => harder
+    words: bool = False              # operands and operator in English words ("seven plus five")
+    instruction: str = "Answer with the number only."  # the sentence after the question
+    system: Optional[str] = None     # system message; None: the chat template's default
+    student_bits: int = 3            # distill student: bits per decoder weight (harness/tasks/chat_student.py); lower => weaker
+    student_group: int = 32          # weights per quantisation group (min-max, round to nearest)
+
+
+@dataclass
 class TaskConfig:
     name: str = "distill"            # distill | reward | federated
+    format: str = "synthetic"        # synthetic (the 18-token arithmetic language) | chat (task.chat, a chat model's template)
+    chat: ChatConfig = field(default_factory=ChatConfig)
     digits: int = 2                  # operand digits of the synthetic arithmetic language
     ops: List[str] = field(default_factory=lambda: ["+", "-"])
     prompt_batch: int = 16           # prompts per update (sharded over workers)
@@ -170,6 +184,7 @@ class FederatedConfig:
     optimizer: str = "sgd"           # client optimizer, fresh each round: sgd | adamw
     momentum: float = 0.0            # sgd momentum (0: plain SGD, what the SPRA analysis assumes)
     isolate_compute: bool = True     # clients' local trainings take turns (a compute token): isolated compute times
+    aggregation: str = "column"      # spra/ffa: column (B averaged per column over its holders) | product (sum_k p_k dW_k)
     # --- a population (harness/federated/population.py); population None: `clients` processes, every round ---
     population: Optional[int] = None  # N simulated clients, each with a data shard, a rank and a link
     per_round: int = 10              # K clients sampled per round (<= population)

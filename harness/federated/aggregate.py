@@ -14,7 +14,8 @@ Which aggregator each method uses:
 - spra, ffa: :func:`column_average` of B (A is shared and frozen, so never averaged).
   Exact: with a shared A, averaging column j of B over the clients that hold it is the
   same as averaging their rank-1 products ``B_k[:, j] A[j]``; with equal ranks this is
-  ``(sum_k p_k B_k) A == sum_k p_k (B_k A)``.
+  ``(sum_k p_k B_k) A == sum_k p_k (B_k A)``. With ``federated.aggregation: product``
+  (the ablation): :func:`padded_update_average` instead, the product reading below.
 - fedit: :func:`column_average` of B and :func:`row_average` of A, separately (FedIT's
   FedAvg; inexact: ``avg(B) avg(A) != avg(B A)``).
 - hetlora: :func:`zero_pad_average` of B and of A (pads count as zeros, weights normalised
@@ -27,6 +28,21 @@ Column normalisation (spra, ffa, fedit): column j is averaged over the clients t
 it, with their weights renormalised over those clients (``w_k / sum_{l: r_l > j} w_l``),
 so a column held by one high-rank client is that client's column, not a diluted one.
 Columns that no client of the round holds keep the server's previous value (``base``).
+
+Product reading (spra/ffa with ``federated.aggregation: product``): the server adds the
+weighted average of the clients' product updates, sum_k p_k dW_k, with p_k = w_k / sum_l w_l
+over ALL clients of the round (not renormalised per column) and dW_k = (B_k - B[:, :r_k]) A_k
+client k's change of its adapter's product this round (B_k what it sent, B[:, :r_k] what it
+was sent, A_k = A[:r_k] the rows of the shared A it used). Exact in B alone: A_k = P_k A with
+P_k = [I_{r_k} 0] (r_k x r_max), so dW_k = pad(B_k - B[:, :r_k]) A, pad() appending zero
+columns up to r_max, and sum_k p_k dW_k = (sum_k p_k pad(B_k - B[:, :r_k])) A: the new B is
+``B + sum_k p_k pad(B_k - B[:, :r_k])`` and ``B_new A = B A + sum_k p_k dW_k`` to float64
+rounding. Per column j that is B[:, j] + sum_{k: r_k > j} p_k (B_k[:, j] - B[:, j]): a client
+moves column j by its share p_k whatever the others' ranks, where the column average gives
+the holders all of it (a column only the rank-64 client holds moves by that client's whole
+change). Clients that return what they were sent leave B unchanged (a fixed point); averaging
+the clients' whole products sum_k p_k B_k A_k instead would shrink column j by the share of
+the clients that do not hold it, every round, with no training at all.
 """
 from __future__ import annotations
 
@@ -70,6 +86,28 @@ def column_average(items: WeightedTensors, base: Tensor) -> Tensor:
         den[:r] += float(weight)
     held = den > 0
     out[:, held] = num[:, held] / den[held]
+    return out.to(base.dtype)
+
+
+def padded_update_average(items: WeightedTensors, base: Tensor) -> Tensor:
+    """The product reading of the average for a shared A (module doc): ``base + sum_k p_k
+    pad(B_k - base[:, :r_k])`` with p_k = w_k / sum_l w_l over every client of the round.
+
+    ``items``: (B_k, w_k) with B_k d_out x r_k (r_k <= r_max), each client's B after training
+    from ``base[:, :r_k]`` (this round's downlink); ``base``: the server's B (d_out x r_max).
+    Returns a new tensor of base's shape and dtype; sums in float64 in list order; an empty
+    round returns base unchanged.
+    """
+    out = base.detach().to(torch.float64).clone()
+    if not items:
+        return out.to(base.dtype)
+    start = out.clone()
+    for (tensor, _), p in zip(items, normalised([w for _, w in items])):
+        if tensor.dim() != 2 or tensor.shape[0] != base.shape[0] or tensor.shape[1] > base.shape[1]:
+            raise ValueError(f"client tensor of shape {tuple(tensor.shape)} does not fit the server's "
+                             f"{tuple(base.shape)} (rows must match, columns <= {base.shape[1]})")
+        r = tensor.shape[1]
+        out[:, :r] += p * (tensor.detach().to(torch.float64) - start[:, :r])
     return out.to(base.dtype)
 
 

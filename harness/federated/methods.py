@@ -8,7 +8,8 @@ C, plus Z when A was trained).
 ==========  ===================  ==================  ==================  =====================
 method      server state         down (client k)     up                  aggregate
 ==========  ===================  ==================  ==================  =====================
-spra        C; Z_p from seed     C[:, :r_k] + seed   C_k                 column average of C
+spra        C; Z_p from seed     C[:, :r_k] + seed   C_k                 column average of C (or
+                                                                         product: padded update avg)
             merge-and-reset every T rounds (period p -> p+1: W += C Z_p, C = 0, new Z)
 ffa         as spra, T = 0       C[:, :r_k] + seed   C_k                 column average of C
 fedit       C, Z                 C[:, :r_k], Z[:r_k] C_k, Z_k            column / row average
@@ -42,6 +43,7 @@ class Setup:
     ranks: list[int]             # rank of client k (0-based)
     seed: int
     resample_every: int = 0      # T (spra); 0: never
+    aggregation: str = "column"  # spra/ffa: column (column_average) | product (padded_update_average)
 
     @property
     def r_max(self) -> int:
@@ -153,8 +155,9 @@ class Spra(Basis):
         return merge
 
     def aggregate(self, t: int, updates: list[Update]) -> Merge | None:
+        average = agg.padded_update_average if self.setup.aggregation == "product" else agg.column_average
         for n in self.c:
-            self.c[n] = agg.column_average([(u.c[n], u.weight) for u in updates], self.c[n])
+            self.c[n] = average([(u.c[n], u.weight) for u in updates], self.c[n])
         return None
 
     def basis_extra(self) -> dict[str, Tensor]:

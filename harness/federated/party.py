@@ -53,7 +53,7 @@ def build_party(cfg: dict, settings: Settings, rank: int, device: str = "cpu", *
         from harness.tasks import build_federated, build_tokenizer
         task = build_federated(task_cfg, build_tokenizer(model_cfg), settings.clients, settings.seed)
     setup = fm.Setup(targets=adapter.targets, ranks=list(settings.ranks), seed=settings.seed,
-                     resample_every=settings.resample_every)
+                     resample_every=settings.resample_every, aggregation=settings.aggregation)
     return Party(settings, model, adapter, task, setup, device)
 
 

@@ -20,6 +20,7 @@ from harness.seeds import derive
 OPTIMIZERS = ("sgd", "adamw")
 DROP_POLICIES = ("fail", "continue")
 A_VARIANCES = ("rank", "ref")
+AGGREGATIONS = ("column", "product")     # spra/ffa: aggregate.column_average | aggregate.padded_update_average
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Settings:
     prune_gamma: float = 1.0         # hetlora self-pruning: r <- max(1, floor(gamma r)) (pruning.py); 1: off
     prune_lambda: float = 0.0        # hetlora self-pruning: weight of the tail penalty
     population: fpop.PopulationPlan | None = None   # set: `clients` simulated clients run by executors
+    aggregation: str = "column"      # spra/ffa: B's column average (column) or sum_k p_k dW_k (product)
 
     @property
     def self_prunes(self) -> bool:
@@ -133,6 +135,12 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
     _need(name == "hetlora" or (gamma == 1.0 and lam == 0.0),
           f"method.prune_gamma/prune_lambda: {gamma!r}/{lam!r} set for method {name!r}; only hetlora self-prunes "
           f"(leave them at 1.0/0.0)")
+    aggregation = str(fed.get("aggregation", "column"))
+    _need(aggregation in AGGREGATIONS, f"federated.aggregation: {aggregation!r} is not allowed; choose one of "
+                                       f"{', '.join(AGGREGATIONS)}")
+    _need(aggregation == "column" or name in ("spra", "ffa"),
+          f"federated.aggregation: product is not allowed with method {name!r}; it is exact in B alone only "
+          f"with a shared A (spra, ffa); column for the others")
     split = cfg["task"].get("eval_split", "test")
     _need(split in ("test", "validation"), f"task.eval_split: {split!r} is not allowed; choose test or validation")
     r_ref = int(fed["r_ref"]) if fed.get("r_ref") else max(ranks)
@@ -146,5 +154,5 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg.get("seed", 0)),
         fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
         isolate_compute=bool(fed.get("isolate_compute", True)), a_variance=a_variance,
-        prune_gamma=gamma, prune_lambda=lam, population=population,
+        prune_gamma=gamma, prune_lambda=lam, population=population, aggregation=aggregation,
     )

@@ -126,3 +126,36 @@ def test_weights_must_be_positive():
         agg.normalised([0.0, 0.0])
     with pytest.raises(ValueError, match=">= 0"):
         agg.normalised([1.0, -1.0])
+
+
+# --------------------------------------------------------------------------- product reading (spra/ffa ablation)
+def test_padded_update_average_is_the_weighted_average_of_the_clients_dense_product_updates():
+    """Brute force in d_out x d_in: W_new = W + sum_k p_k ((B_k - B[:, :r_k]) A[:r_k]), p over all clients."""
+    a, base = _a(R_MAX, 0), _b(R_MAX, 1)
+    ranks, weights = [4, 2, 1], [1.0, 2.0, 5.0]
+    items = [(base[:, :r] + _b(r, 20 + i), w) for i, (r, w) in enumerate(zip(ranks, weights))]
+    out = agg.padded_update_average(items, base)
+    dense = base @ a
+    for (b, w), r in zip(items, ranks):
+        dense = dense + (w / sum(weights)) * ((b - base[:, :r]) @ a[:r])
+    torch.testing.assert_close(out @ a, dense, rtol=0, atol=1e-12)
+    # column 3 is held by the rank-4 client alone: it moves by that client's share (1/8), not all of it
+    torch.testing.assert_close(out[:, 3], base[:, 3] + (1 / 8) * (items[0][0][:, 3] - base[:, 3]))
+    assert not torch.allclose(out, agg.column_average(items, base))
+
+
+def test_padded_update_average_equals_the_column_average_at_equal_ranks():
+    base = _b(R_MAX, 2)
+    items = [(_b(R_MAX, 30 + i), w) for i, w in enumerate([3.0, 1.0, 2.0])]
+    torch.testing.assert_close(agg.padded_update_average(items, base), agg.column_average(items, base),
+                               rtol=0, atol=1e-12)
+
+
+def test_padded_update_average_fixed_point_empty_round_and_shapes():
+    base = _b(R_MAX, 3)
+    unchanged = [(base[:, :r].clone(), 1.0) for r in (4, 2, 1)]
+    torch.testing.assert_close(agg.padded_update_average(unchanged, base), base, rtol=0, atol=0)
+    torch.testing.assert_close(agg.padded_update_average([], base), base, rtol=0, atol=0)
+    assert agg.padded_update_average([(base[:, :2].float(), 1.0)], base.float()).dtype == torch.float32
+    with pytest.raises(ValueError, match="does not fit"):
+        agg.padded_update_average([(_b(R_MAX + 1, 4), 1.0)], base)
