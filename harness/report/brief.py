@@ -5,6 +5,10 @@ that show a short table: the end of ``make bench`` (a terminal screen) and the R
 page (markdown). The wide table, with rules, seeds and notes, stays in results/summary.md.
 
     python -m harness.report.brief [--markdown] [--claims results/tables/claims.csv]
+    python -m harness.report.brief --readme README.md     # rewrite the README's claims block
+
+The README's block lies between ``<!-- claims:begin`` and ``<!-- claims:end -->``; a test checks
+that it equals this module's table of the committed claims.csv, so the two cannot drift.
 
 The model column is the claims table's own ``model`` column when it has one; otherwise the
 model is read off the scenario named in ``where`` (its composed ``model.name``), or "–".
@@ -119,16 +123,38 @@ def screen(frame: pd.DataFrame, width: int = 160) -> str:
     return "\n".join([line(cols), *(line([r[c] for c in cols]) for _, r in frame.iterrows())])
 
 
+BEGIN, END = "<!-- claims:begin", "<!-- claims:end -->"
+
+
+def readme_block(text: str) -> str:
+    """The table between the README's claims markers (the marker lines excluded)."""
+    head, _, rest = text.partition(BEGIN)
+    if not rest or END not in rest:
+        raise ValueError(f"no {BEGIN} ... {END} block")
+    return rest.split("\n", 1)[1].split(END, 1)[0].rstrip("\n")
+
+
+def rewrite_readme(path: Path, table: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    old = readme_block(text)
+    path.write_text(text.replace(old, table.rstrip("\n"), 1), encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report.brief", description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=Path, default=None, help="claims.csv (default results/tables/claims.csv)")
     parser.add_argument("--markdown", action="store_true", help="a markdown table (the README's) instead of text")
+    parser.add_argument("--readme", type=Path, default=None, help="rewrite this file's claims block with the table")
     args = parser.parse_args(argv)
     path = args.claims or claims_path()
     if not path.is_file():
         print(f"error: --claims: {str(path)!r} does not exist; python -m harness.report writes it")
         return 2
     frame = short_frame(pd.read_csv(path))
+    if args.readme:
+        rewrite_readme(args.readme, markdown(frame))
+        print(f"{args.readme}: claims block rewritten ({len(frame)} claims)")
+        return 0
     print(markdown(frame) if args.markdown else screen(frame))
     return 0
 

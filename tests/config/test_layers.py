@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
     ("harness.validate", "harness.plan"),                              # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
-    ("harness.__main__", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
+    ("harness.__main__", "harness.usage", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
      "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
      "harness.onpolicy.sparsity"),                                      # entry points
 ]

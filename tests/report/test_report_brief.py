@@ -49,3 +49,24 @@ def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path,
     text = final_screen([("hilo_distill", 0, 600.0), ("report", 1, 30.0)])
     assert "results/summary.md" in text and "no " in text
     assert "ok     hilo_distill" in text and "10.0 min" in text and "FAILED report" in text and "total 10.5 min" in text
+
+
+def test_the_readme_claims_block_is_the_committed_claims_table():
+    from pathlib import Path
+
+    from harness.report.brief import claims_path, readme_block
+
+    root = Path(__file__).resolve().parents[2]
+    expected = markdown(short_frame(pd.read_csv(claims_path(root / "results"))))
+    assert readme_block((root / "README.md").read_text()) == expected, \
+        "README.md's claims differ from results/tables/claims.csv: python -m harness.report.brief --readme README.md"
+
+
+def test_rewrite_readme_replaces_only_the_block(tmp_path):
+    from harness.report.brief import readme_block, rewrite_readme
+
+    path = tmp_path / "README.md"
+    path.write_text("intro\n<!-- claims:begin (cmd) -->\n| old |\n<!-- claims:end -->\noutro\n")
+    rewrite_readme(path, "| new |\n|---|")
+    assert path.read_text() == "intro\n<!-- claims:begin (cmd) -->\n| new |\n|---|\n<!-- claims:end -->\noutro\n"
+    assert readme_block(path.read_text()) == "| new |\n|---|"
