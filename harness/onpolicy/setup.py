@@ -188,9 +188,7 @@ def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | 
                        targets=list(model_cfg["targets"]), init=model_cfg.get("lora_init", "default"),
                        seed=plan.seed).to(device)
     if task_cfg["name"] == "distill" and not learner:
-        from harness.tasks import OnPolicyTask   # workers only sample: no teacher needed
-
-        task = OnPolicyTask(task_cfg, tokenizer)
+        task = build_task(task_cfg, tokenizer, sampler=True)   # workers only sample: no teacher needed
     else:
         teacher = load_base("teacher", model_cfg, task_cfg).to(device) if task_cfg["name"] == "distill" else None
         task = build_task(task_cfg, tokenizer, teacher=teacher)

@@ -41,7 +41,8 @@ Pretraining cache (``harness.tasks.cache``)
     load_base(kind, model_cfg, task_cfg) -> PreTrainedModel   (eval mode, frozen, model.dtype)
 
 On-policy tasks (``harness.tasks.onpolicy``; rollouts in ``harness.tasks.rollouts``)
-    build_task(task_cfg, tokenizer, teacher=None) -> OnPolicyTask    names: distill | reward
+    build_task(task_cfg, tokenizer, teacher=None, sampler=False) -> OnPolicyTask    names: distill | reward
+        (task.format=chat: the chat task, harness.tasks.chat; sampler=True: a worker's sampling-only task)
     OnPolicyTask.prompts(split, n, seed, step) -> LongTensor [n, P]   deterministic in (seed, step)
     OnPolicyTask.rollout(policy, prompts, samples, generator) -> Rollouts
         rows are grouped by prompt: prompt i's samples are rows i*samples .. (i+1)*samples-1.
@@ -54,7 +55,7 @@ On-policy tasks (``harness.tasks.onpolicy``; rollouts in ``harness.tasks.rollout
     in (on the policy's device); no nondeterministic kernels on the CPU.
 
 Federated task (``harness.tasks.federated``)
-    build_federated(task_cfg, tokenizer, n_clients, seed) -> FederatedTask
+    build_federated(task_cfg, tokenizer, n_clients, seed) -> FederatedTask   (task.format=chat: ChatSFTTask)
     FederatedTask.client_data(k) -> ClientData; .batches(k, batch_size, generator) -> endless
         iterator of dict(input_ids, attention_mask, labels); .loss(model, batch) -> Tensor
         (next-token cross-entropy on answer tokens); .evaluate(model) -> dict(eval_loss, accuracy)
@@ -74,8 +75,9 @@ _EXPORTS = {
     "pretrained": "cache", "load_base": "cache", "cache_root": "cache", "meta": "cache",
     "Rollouts": "rollouts", "generate": "rollouts",
     "OnPolicyTask": "onpolicy", "DistillTask": "onpolicy", "RewardTask": "onpolicy",
-    "build_task": "onpolicy", "EVAL_SEED": "onpolicy",
-    "FederatedTask": "federated", "ClientData": "federated", "build_federated": "federated",
+    "build_task": "chat_formats", "EVAL_SEED": "onpolicy",
+    "FederatedTask": "federated", "ClientData": "federated", "build_federated": "chat_formats",
+    "ChatTask": "chat", "ChatSFTTask": "chat", "task_format": "chat_formats",
     "dirichlet_split": "federated",
     "Arithmetic": "arith",
 }

@@ -1,0 +1,439 @@
+"""The chat task: verifiable arithmetic questions through a pretrained model's own chat template.
+
+A problem is ``(a, op, b)`` with operands ``task.chat.low <= a, b <= task.chat.high`` and
+``op`` in ``task.ops`` (``+ - *``). Its prompt is one user message rendered by the
+tokenizer's chat template with the generation prompt (the assistant turn opened)::
+
+    What is 17 + 5? Answer with the number only.          (task.chat.words=false)
+    What is seventeen plus five? Answer with the number only.   (words=true)
+
+``task.chat.instruction`` is the sentence after the question; ``task.chat.system`` an optional
+system message (None: the template's own default). The answer is parsed from the completion:
+the LAST integer in its text (``-?\\d+``: "17 + 5 = 22" reads 22), and a completion counts as
+correct only when it also ended (emitted eos) within ``task.max_new_tokens``, so a cut-off
+restatement of the question ("17 + 5 =") never scores. Answers are always judged in digits.
+
+Splits: a fixed integer hash of ``(a, op, b)``, independent of any seed, puts a problem in the
+held-out ``test`` split (lowest ``EVAL_PERCENT``), the ``validation`` split (the next
+``VALIDATION_PERCENT``, for tuning) or ``train``. Training prompts are drawn from ``train``
+only, uniformly with replacement, as a function of (seed, step); evaluation takes the first
+``n`` problems of a fixed permutation (``EVAL_SEED``) of the split that ``task.eval_split``
+names (``test`` by default, ``validation`` when tuning), the same for every seed and method.
+
+Modes (``task.name``), the same losses as the synthetic tasks (harness.tasks.onpolicy):
+- ``reward``: reward 1 for a correct completion, else 0; GRPO's group-normalised advantages
+  and clipped surrogate (RewardTask.loss).
+- ``distill``: per-token full-vocabulary reverse KL to a frozen teacher (DistillTask.loss).
+  The pair with headroom (harness.tasks.chat_student): the teacher is the fp32 model; the
+  student is the same model with every decoder linear weight rounded to ``task.chat.student_bits``
+  bits per group of ``task.chat.student_group`` weights (round-to-nearest, min-max per group).
+- ``federated``: SFT data for the federated side (ChatSFTTask): clients fine-tune on the
+  answer tokens (the digits and eos) after the chat prompt, split non-IID over the
+  categories ``(op, hard)`` (``hard``: a carry or borrow) like the synthetic federated task.
+
+Metrics: ``accuracy`` (greedy, the rule above) on held-out problems, ``reward`` or
+``reverse_kl`` (as in onpolicy), ``eval_loss`` (SFT).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+import torch
+
+from harness.errors import ConfigError
+from harness.seeds import derive
+from harness.tasks.arith import Problems
+from harness.tasks.data import IGNORE, sft_loss
+from harness.tasks.models import plain
+from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask
+from harness.tasks.rollouts import Rollouts, generate, prompt_mask
+from harness.tasks.tokenizer import Tokenizer
+
+OPS = ("+", "-", "*")
+OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
+SPLITS = ("train", "validation", "test")
+EVAL_PERCENT = 10            # test: the lowest 10% of the hash
+VALIDATION_PERCENT = 10      # validation: the next 10%
+MAX_OPERANDS = 1000          # high - low + 1 at most (the splits are enumerated)
+_INT = re.compile(r"-?\d+")
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+         "fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def number_words(n: int) -> str:
+    """English words of 0 <= n <= 999 ("twenty-one", "three hundred five")."""
+    if not 0 <= n <= 999:
+        raise ValueError(f"number_words: {n} is outside 0..999")
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else "-" + _ONES[n % 10])
+    rest = n % 100
+    return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " " + number_words(rest))
+
+
+_WORD_VALUES = {number_words(n): n for n in range(1000)}
+
+
+def last_integer(text: str) -> int | None:
+    """The last integer written in ``text`` (``-?\\d+``), or None."""
+    found = _INT.findall(text)
+    return int(found[-1]) if found else None
+
+
+@dataclass(frozen=True)
+class ChatSpec:
+    """The questions of a chat task (``task.chat`` and ``task.ops``); see the module doc."""
+    low: int
+    high: int
+    ops: tuple[str, ...]
+    words: bool
+    instruction: str
+    system: str | None
+
+    @classmethod
+    def from_cfg(cls, task_cfg: Mapping) -> "ChatSpec":
+        cfg = plain(task_cfg)
+        chat = dict(cfg.get("chat") or {})
+        low, high = int(chat.get("low", 0)), int(chat.get("high", 20))
+        if low < 0 or high < low or high - low + 1 > MAX_OPERANDS or (chat.get("words") and high > 999):
+            raise ConfigError(f"task.chat.low / task.chat.high: {low} / {high} is not allowed; need 0 <= low <= high, "
+                              f"at most {MAX_OPERANDS} operands (and high <= 999 with task.chat.words)")
+        ops = tuple(cfg.get("ops") or ("+", "-"))
+        bad = [o for o in ops if o not in OPS]
+        if bad or not ops:
+            raise ConfigError(f"task.ops: {list(ops)!r} is not allowed; choose a non-empty subset of {list(OPS)}")
+        system = chat.get("system")
+        return cls(low, high, ops, bool(chat.get("words", False)),
+                   str(chat.get("instruction", "Answer with the number only.")), None if system is None else str(system))
+
+    # -- problems and splits -------------------------------------------------------------------
+    def answers(self, p: Problems) -> torch.Tensor:
+        return torch.where(p.op == 0, p.a + p.b, torch.where(p.op == 1, p.a - p.b, p.a * p.b))
+
+    def hard(self, p: Problems) -> torch.Tensor:
+        """True where the column-by-column answer (no carry or borrow) is wrong, or negative."""
+        naive = torch.zeros_like(p.a)
+        scale = 1
+        for _ in range(len(str(self.high))):
+            da, db = (p.a // scale) % 10, (p.b // scale) % 10
+            col = torch.where(p.op == 0, da + db, torch.where(p.op == 1, da - db, da * db)) % 10
+            naive, scale = naive + col * scale, scale * 10
+        return naive != self.answers(p)
+
+    @property
+    def categories(self) -> list[tuple[str, bool]]:
+        """``(op, hard)`` in category-index order: index = 2 * ops.index(op) + hard."""
+        return [(o, h) for o in self.ops for h in (False, True)]
+
+    def category(self, p: Problems) -> torch.Tensor:
+        op_ids = torch.tensor([OPS.index(o) for o in self.ops])
+        local = (p.op.unsqueeze(1) == op_ids.unsqueeze(0)).long().argmax(1)
+        return 2 * local + self.hard(p).long()
+
+    @staticmethod
+    def split_of(p: Problems) -> torch.Tensor:
+        """Split index per problem (0 train, 1 validation, 2 test): a fixed hash, no seed."""
+        h = (p.a * 1_000_003 + p.b) * 4 + p.op
+        for mult in (0x9E3779B1, 0x85EBCA6B, 0xC2B2AE35):
+            h = ((h ^ (h >> 16)) * mult) & 0xFFFFFFFF
+        pct = h % 100
+        return torch.where(pct < EVAL_PERCENT, 2, torch.where(pct < EVAL_PERCENT + VALIDATION_PERCENT, 1, 0))
+
+    def all_problems(self, split: str) -> Problems:
+        """Every problem of ``split`` ("train" | "validation" | "test"), in (op, a, b) order."""
+        if split not in SPLITS:
+            raise ValueError(f"split: {split!r} is not allowed; choose one of {', '.join(SPLITS)}")
+        grid = torch.arange(self.low, self.high + 1)
+        n = len(grid)
+        ops = torch.tensor([OPS.index(o) for o in self.ops])
+        p = Problems(grid.repeat_interleave(n).repeat(len(ops)), ops.repeat_interleave(n * n), grid.repeat(n * len(ops)))
+        keep = self.split_of(p) == SPLITS.index(split)
+        return Problems(p.a[keep], p.op[keep], p.b[keep])
+
+    # -- text ------------------------------------------------------------------------------------
+    def question(self, a: int, op: int, b: int) -> str:
+        sym = OPS[op]
+        if self.words:
+            body = f"{number_words(a)} {OP_WORDS[sym]} {number_words(b)}"
+        else:
+            body = f"{a} {sym} {b}"
+        return f"What is {body}?" + (f" {self.instruction}" if self.instruction else "")
+
+    def messages(self, a: int, op: int, b: int) -> list[dict[str, str]]:
+        head = [{"role": "system", "content": self.system}] if self.system is not None else []
+        return head + [{"role": "user", "content": self.question(a, op, b)}]
+
+    def parse_question(self, text: str) -> tuple[int, int, int]:
+        """(a, op, b) of the question inside a decoded prompt; ValueError when there is none."""
+        if self.words:
+            m = re.search(r"What is (.+?) (plus|minus|times) (.+?)\?", text)
+            if m and m.group(1) in _WORD_VALUES and m.group(3) in _WORD_VALUES:
+                op = OPS[list(OP_WORDS.values()).index(m.group(2))]
+                return _WORD_VALUES[m.group(1)], OPS.index(op), _WORD_VALUES[m.group(3)]
+        else:
+            m = re.search(r"What is (\d+) ([+\-*]) (\d+)\?", text)
+            if m:
+                return int(m.group(1)), OPS.index(m.group(2)), int(m.group(3))
+        raise ValueError(f"chat task: no question in the prompt text {text[-80:]!r}")
+
+
+class ChatPrompts:
+    """Problems <-> chat-template token ids for one tokenizer (left-padded prompts)."""
+
+    def __init__(self, spec: ChatSpec, tok: Tokenizer) -> None:
+        if getattr(tok.hf, "chat_template", None) is None:
+            raise ConfigError("task.format: 'chat' needs a tokenizer with a chat template; this model's has none "
+                              "(use task.format=synthetic, or a chat model such as model=smollm2)")
+        self.spec, self.tok = spec, tok
+        self._ids: dict[tuple[int, int, int], list[int]] = {}
+
+    def ids(self, a: int, op: int, b: int) -> list[int]:
+        key = (a, op, b)
+        if key not in self._ids:
+            text = self.tok.hf.apply_chat_template(self.spec.messages(a, op, b), add_generation_prompt=True,
+                                                   tokenize=False)
+            self._ids[key] = self.tok.encode(text)
+        return self._ids[key]
+
+    def encode(self, p: Problems) -> torch.Tensor:
+        """[n, P] int64 prompt ids, left-padded with pad_id."""
+        rows = [self.ids(a, o, b) for a, o, b in zip(p.a.tolist(), p.op.tolist(), p.b.tolist())]
+        width = max(len(r) for r in rows)
+        return torch.tensor([[self.tok.pad_id] * (width - len(r)) + r for r in rows], dtype=torch.long)
+
+    def problems(self, prompts: torch.Tensor) -> Problems:
+        """The problems that ``prompts`` (rows of ``encode``) ask."""
+        mask = prompt_mask(prompts, self.tok.pad_id)
+        texts = self.tok.hf.batch_decode([r[m].tolist() for r, m in zip(prompts.cpu(), mask.cpu())],
+                                         skip_special_tokens=True)
+        a, op, b = zip(*(self.spec.parse_question(t) for t in texts))
+        return Problems(torch.tensor(a), torch.tensor(op), torch.tensor(b))
+
+    def correct(self, prompts: torch.Tensor, completions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[N] bool: the completion ended with eos and its last integer is the answer (one
+        prompt row per completion)."""
+        completions, mask = completions.cpu(), mask.cpu()
+        want = self.spec.answers(self.problems(prompts)).tolist()
+        ended = ((completions == self.tok.eos_id) & mask).any(1).tolist()
+        got = self.tok.batch_decode(torch.where(mask, completions, torch.full_like(completions, self.tok.pad_id)))
+        return torch.tensor([e and last_integer(g) == w for e, g, w in zip(ended, got, want)], dtype=torch.bool)
+
+    def sft_batch(self, p: Problems) -> dict[str, torch.Tensor]:
+        """input_ids / attention_mask / labels [n, L]: chat prompt + answer digits + eos,
+        right-padded; labels only on the answer and eos."""
+        prompts = [self.ids(a, o, b) for a, o, b in zip(p.a.tolist(), p.op.tolist(), p.b.tolist())]
+        answers = [self.tok.encode(str(v)) + [self.tok.eos_id] for v in self.spec.answers(p).tolist()]
+        width = max(len(x) + len(y) for x, y in zip(prompts, answers))
+        ids, labels, attn = [], [], []
+        for x, y in zip(prompts, answers):
+            fill = width - len(x) - len(y)
+            ids.append(x + y + [self.tok.pad_id] * fill)
+            labels.append([IGNORE] * len(x) + y + [IGNORE] * fill)
+            attn.append([1] * (len(x) + len(y)) + [0] * fill)
+        return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(attn), "labels": torch.tensor(labels)}
+
+
+def eval_split(task_cfg: Mapping) -> str:
+    """The split evaluation reads: ``task.eval_split`` test (default) | validation (tuning)."""
+    split = str(plain(task_cfg).get("eval_split", "test"))
+    if split not in ("test", "validation"):
+        raise ConfigError(f"task.eval_split: {split!r} is not allowed; choose test or validation")
+    return split
+
+
+def held_out(spec: ChatSpec, split: str, n: int) -> Problems:
+    """The first ``n`` problems of a fixed permutation (EVAL_SEED) of ``split``."""
+    every = spec.all_problems(split)
+    if n > len(every):
+        raise ConfigError(f"task.eval_prompts: {n} is more than the {len(every)} {split} problems of operands "
+                          f"{spec.low}..{spec.high} ({''.join(spec.ops)}); ask for fewer or widen task.chat.low/high")
+    perm = torch.randperm(len(every), generator=torch.Generator().manual_seed(derive("chat-eval", split, EVAL_SEED)))[:n]
+    return Problems(every.a[perm], every.op[perm], every.b[perm])
+
+
+class ChatTask(OnPolicyTask):
+    """Prompts, rollouts and greedy evaluation of the chat task (module doc); the sampling-only
+    task a worker holds. Rollouts, logits and the losses are OnPolicyTask's."""
+    name = "chat"
+
+    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:   # noqa: D107 (no Arithmetic here)
+        cfg = plain(task_cfg)
+        self.cfg, self.tok = cfg, tokenizer
+        self.spec = ChatSpec.from_cfg(cfg)
+        self.chat = ChatPrompts(self.spec, tokenizer)
+        self.eval_split = eval_split(cfg)
+        self.temperature = float(cfg.get("temperature", 1.0))
+        if self.temperature <= 0:
+            raise ConfigError(f"task.temperature: {self.temperature} must be > 0 (sampling temperature)")
+        self.max_new_tokens = int(cfg.get("max_new_tokens", 16))
+        values = torch.unique(self.spec.answers(self.spec.all_problems("train"))).tolist()
+        longest = max(len(tokenizer.encode(str(v))) for v in values)
+        if self.max_new_tokens < longest + 1:
+            raise ConfigError(f"task.max_new_tokens: {self.max_new_tokens} cannot hold the longest answer "
+                              f"({longest} tokens) plus eos; use >= {longest + 1}")
+        self.samples = int(cfg.get("samples_per_prompt", 4))
+        self._train = self.spec.all_problems("train")
+
+    def eval_prompts(self, n: int) -> torch.Tensor:
+        """[n, P] the prompts evaluate() scores: the first ``n`` of the evaluation split."""
+        return self.chat.encode(held_out(self.spec, self.eval_split, n))
+
+    def prompts(self, split: str, n: int, seed: int, step: int) -> torch.Tensor:
+        """[n, P] prompt ids: ``split`` "train" draws uniformly from the training problems as a
+        function of (seed, step); "eval" is the evaluation split's fixed first ``n``."""
+        if split == "eval":
+            return self.eval_prompts(n)
+        if split != "train":
+            raise ValueError(f"split: {split!r} is not allowed; choose train or eval")
+        gen = torch.Generator().manual_seed(derive("chat-prompts", split, seed, step))
+        i = torch.randint(0, len(self._train), (n,), generator=gen)
+        return self.chat.encode(Problems(self._train.a[i], self._train.op[i], self._train.b[i]))
+
+    def rewards(self, prompts: torch.Tensor, completions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[N] float32: 1 for a correct completion (module doc), else 0."""
+        return self.chat.correct(prompts, completions, mask).float()
+
+    @torch.no_grad()
+    def greedy(self, policy, n: int, chunk: int = 64) -> tuple[torch.Tensor, Rollouts]:
+        """Greedy completions of the first ``n`` evaluation prompts: (correct [n] bool, rollouts)."""
+        prompts = self.eval_prompts(n)
+        r = Rollouts.cat([self.rollout(policy, prompts[i:i + chunk], 1, None) for i in range(0, n, chunk)])
+        return self.chat.correct(r.prompts, r.completions, r.completion_mask), r
+
+
+class ChatRewardTask(ChatTask):
+    """GRPO on the chat task's correctness reward (RewardTask's loss and evaluation)."""
+    name = "reward"
+    advantages = staticmethod(RewardTask.advantages)
+    loss = RewardTask.loss
+    evaluate = RewardTask.evaluate
+
+    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:
+        super().__init__(task_cfg, tokenizer)
+        self.clip = float(self.cfg.get("clip_eps", 0.2))
+        self.kl_coef = float(self.cfg.get("kl_coef", 0.0))
+        if self.cfg.get("reward_shaping", "none") != "none":
+            raise ConfigError(f"task.reward_shaping: {self.cfg['reward_shaping']!r} is not allowed with task.format=chat; "
+                              "choose none")
+
+
+class ChatDistillTask(ChatTask):
+    """On-policy distillation on the chat task (DistillTask's loss and evaluation)."""
+    name = "distill"
+    token_kl = DistillTask.token_kl
+    loss = DistillTask.loss
+    evaluate = DistillTask.evaluate
+
+    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, teacher) -> None:
+        super().__init__(task_cfg, tokenizer)
+        if teacher is None:
+            raise ConfigError("task.name: 'distill' needs a teacher model (build_task(..., teacher=load_base('teacher', ...)))")
+        self.teacher = teacher.eval()
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+
+
+def build_chat_task(task_cfg: Mapping, tokenizer: Tokenizer, teacher=None, sampler: bool = False) -> ChatTask:
+    """The chat task of ``task.name`` (distill | reward); ``sampler``: the sampling-only task."""
+    name = plain(task_cfg).get("name")
+    if sampler:
+        return ChatTask(task_cfg, tokenizer)
+    if name == "reward":
+        return ChatRewardTask(task_cfg, tokenizer)
+    if name == "distill":
+        return ChatDistillTask(task_cfg, tokenizer, teacher)
+    raise ConfigError(f"task.name: {name!r} is not an on-policy chat task; choose distill or reward "
+                      "(federated SFT data: build_federated)")
+
+
+# -- the federated side: SFT on the answer tokens ------------------------------------------------
+@dataclass(frozen=True)
+class ChatClientData:
+    """One client's problems and their category indices (``ChatSFTTask.categories``)."""
+    problems: Problems
+    categories: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def counts(self, n_categories: int) -> list[int]:
+        return torch.bincount(self.categories, minlength=n_categories).tolist()
+
+
+class ChatSFTTask:
+    """K clients' non-IID SFT data of the chat task (FederatedTask's interface).
+
+    Data: ``task.examples`` distinct training problems (a seeded permutation of the train
+    split); ``task.eval_split=validation`` evaluates on ``task.validation_prompts`` problems of
+    the validation split (disjoint from the training pool and the test split by the hash).
+    Split over the clients by ``dirichlet_split`` over ``(op, hard)`` (``task.alpha``)."""
+
+    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, n_clients: int, seed: int) -> None:
+        from harness.tasks.federated import FederatedTask, dirichlet_split
+
+        cfg = plain(task_cfg)
+        self.cfg, self.tok, self.seed = cfg, tokenizer, seed
+        self.spec = ChatSpec.from_cfg(cfg)
+        self.chat = ChatPrompts(self.spec, tokenizer)
+        if n_clients < 1:
+            raise ConfigError(f"federated.clients: {n_clients} must be >= 1")
+        every = self.spec.all_problems("train")
+        examples = int(cfg.get("examples", 512))
+        if examples > len(every):
+            raise ConfigError(f"task.examples: {examples} is more than the {len(every)} training problems of operands "
+                              f"{self.spec.low}..{self.spec.high}; ask for fewer or widen task.chat.low/high")
+        if n_clients > examples:
+            raise ConfigError(f"federated.clients: {n_clients} clients but only {examples} examples (task.examples)")
+        self.sizes = FederatedTask._sizes(cfg.get("client_sizes") or [], n_clients, examples)
+        perm = torch.randperm(len(every), generator=torch.Generator().manual_seed(derive("chat-pool", seed)))[:examples]
+        self.pool = Problems(every.a[perm], every.op[perm], every.b[perm])
+        self.categories = self.spec.categories
+        cats = self.spec.category(self.pool)
+        idx = dirichlet_split(cats, len(self.categories), self.sizes, float(cfg.get("alpha", 0.5)),
+                              derive("federated-split", seed))
+        self.clients = [ChatClientData(Problems(self.pool.a[i], self.pool.op[i], self.pool.b[i]), cats[i]) for i in idx]
+        split = eval_split(cfg)
+        n_eval = int(cfg.get("validation_prompts", 256) if split == "validation" else cfg.get("eval_prompts", 128))
+        self.eval_problems = held_out(self.spec, split, n_eval)
+        self.eval_batch = self.chat.sft_batch(self.eval_problems)
+        self.max_new_tokens = int(cfg.get("max_new_tokens", 16))
+
+    def client_data(self, k: int) -> ChatClientData:
+        if not 0 <= k < len(self.clients):
+            raise IndexError(f"client {k}: there are {len(self.clients)} clients")
+        return self.clients[k]
+
+    def batches(self, k: int, batch_size: int | None = None,
+                generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless iterator of client k's SFT batches (shuffled epochs by ``generator``)."""
+        data = self.client_data(k)
+        bs = int(batch_size or self.cfg.get("batch_size", 16))
+        if bs < 1:
+            raise ConfigError(f"task.batch_size: {bs} must be >= 1")
+        gen = generator or torch.Generator().manual_seed(derive("batches", self.seed, k))
+        while True:
+            order = torch.randperm(len(data), generator=gen)
+            for i in range(0, len(data), bs):
+                j = order[i:i + bs]
+                yield self.chat.sft_batch(Problems(data.problems.a[j], data.problems.op[j], data.problems.b[j]))
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Mean next-token cross-entropy (nats/token) on the batch's answer tokens."""
+        return sft_loss(model, batch)
+
+    @torch.no_grad()
+    def evaluate(self, model, chunk: int = 64) -> dict[str, float]:
+        """eval_loss (answer tokens) and greedy accuracy (the module's rule) on the held-out problems."""
+        eval_loss = float(sft_loss(model, self.eval_batch))
+        prompts = self.chat.encode(self.eval_problems)
+        hits = 0
+        for i in range(0, len(prompts), chunk):
+            p = prompts[i:i + chunk]
+            comp, mask, _ = generate(model, p, prompt_mask(p, self.tok.pad_id), self.max_new_tokens,
+                                     eos_id=self.tok.eos_id, pad_id=self.tok.pad_id)
+            hits += int(self.chat.correct(p, comp, mask).sum())
+        return {"eval_loss": eval_loss, "accuracy": hits / len(prompts)}
