@@ -5,7 +5,9 @@
 The default-tier tests (tests/cluster/test_cluster_channel.py, test_cluster_links.py) assert
 only the lower bound physics guarantees (a token bucket never beats its rate); the window
 below (0.85-1.35x of ideal) is what an idle machine gives, so it lives here, where a loaded
-CI machine cannot turn it red. With benchmarks disabled (the default in pyproject) it skips.
+CI machine cannot turn it red. With benchmarks disabled (the default in pyproject, so in `make
+test`) each case runs once and checks the lower bound only (ratio >= 0.85: the pacer never beats
+its rate by more than its burst), which a loaded machine cannot break.
 """
 from __future__ import annotations
 
@@ -57,10 +59,10 @@ def _bucket() -> float:
 
 @pytest.mark.parametrize("case", [_point_to_point, _hub_broadcast, _bucket], ids=["p2p", "hub_uplink", "bucket"])
 def test_userspace_pacing_ratio(benchmark, case):
-    if benchmark.disabled:
-        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable -n 0")
     benchmark.group = "userspace pacing (measured / ideal)"
-    ratio = benchmark.pedantic(case, rounds=3, iterations=1)
+    ratio = benchmark.pedantic(case, rounds=1 if benchmark.disabled else 3, iterations=1)
     benchmark.extra_info["ratio"] = round(ratio, 4)
     print(f"\n{case.__name__}: measured/ideal {ratio:.3f}")
-    assert 0.85 <= ratio <= 1.35, ratio
+    assert ratio >= 0.85, ratio                          # never faster than the rate (less one burst)
+    if not benchmark.disabled:
+        assert ratio <= 1.35, ratio                      # the idle-machine window

@@ -11,7 +11,10 @@ median over the repetitions (the machine is shared: the median, not the mean, an
 spread is printed). tbf passes its bucket (4 ms of traffic at the rate, netem/shaping.py)
 at line rate, so a message smaller than that can beat bytes*8/rate: a negative overhead
 is the shaper's burst, not an error. The issue's target is <= 2 ms; it is reported, never
-asserted (tests assert behaviour, not speed): every message arrives intact.
+asserted (tests assert behaviour, not speed): every message arrives intact, and none beats
+bytes*8/rate by more than the bucket lets it (BURST_S, 4 ms, + 1 ms of slack): a lower bound on
+time, which load cannot break. With benchmarks disabled (the default in pyproject, so in `make
+test`) it runs once with 3 messages per size instead of ``REPEAT``.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from harness.cluster.launch import RoleSpec, launch
+from netem.shaping import BURST_S
 from netem.spec import LinkSpec
 
 RATES_MBIT = (10, 100)
@@ -30,7 +34,7 @@ REPEAT = 25
 
 
 def measure(backend: str, run_dir: Path, repeat: int = REPEAT) -> dict:
-    """One launch; returns {"<rate>mbit/<bytes>B": {overhead_ms (median), p10/p90, ideal_ms}}."""
+    """One launch; returns {"<rate>mbit/<bytes>B": {overhead_ms (median), p10/p90, min_ms, ideal_ms}}."""
     roles = [RoleSpec("hub", LinkSpec(), LinkSpec())]
     roles += [RoleSpec(f"n{m}mbit", LinkSpec(), LinkSpec(rate_bps=m * 1e6)) for m in RATES_MBIT]
     probes = [{"op": "send", "dst": i + 1, "nbytes": size, "repeat": repeat}
@@ -48,23 +52,25 @@ def measure(backend: str, run_dir: Path, repeat: int = REPEAT) -> dict:
             figures[f"{m}mbit/{size}B"] = {
                 "overhead_ms": round(statistics.median(over), 3),
                 "p10_ms": round(over[len(over) // 10], 3), "p90_ms": round(over[(9 * len(over)) // 10], 3),
+                "min_ms": round(over[0], 3),
                 "ideal_ms": round(mine[0]["ideal_s"] * 1e3, 3), "n": len(over)}
     return figures
 
 
 @pytest.mark.e2e
 def test_small_message_floor(benchmark, tmp_path):
-    if benchmark.disabled:
-        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable -n 0")
     from netem.caps import probe
 
     backend = probe().best_backend()
     if backend == "userspace":
         pytest.skip("kernel backends need root and tbf or netem (see `python -m netem check`)")
+    repeat = 3 if benchmark.disabled else REPEAT
     benchmark.group = "small-message floor"
-    figures = benchmark.pedantic(measure, args=(backend, tmp_path), rounds=1, iterations=1)
+    figures = benchmark.pedantic(measure, args=(backend, tmp_path, repeat), rounds=1, iterations=1)
     benchmark.extra_info.update(backend=backend, **figures)
-    print(f"\nsmall-message overhead ({backend}; receiver seconds - bytes*8/rate, median of {REPEAT}):")
+    print(f"\nsmall-message overhead ({backend}; receiver seconds - bytes*8/rate, median of {repeat}):")
     for key, f in figures.items():
         print(f"  {key:>14}: {f['overhead_ms']:+.3f} ms  (p10 {f['p10_ms']:+.3f}, p90 {f['p90_ms']:+.3f}; "
               f"ideal {f['ideal_ms']:.3f} ms)")
+    for key, f in figures.items():       # the bucket is the most a message can beat the rate by
+        assert f["min_ms"] > -(BURST_S * 1e3 + 1.0), (key, f)

@@ -10,7 +10,12 @@ against the configured L2 rate, so TCP/IP and Ethernet overhead count as loss) a
 is the receiver's time from both sides ready to delivery. Wire overhead is interface rx
 bytes / payload bytes (kernel backends only). The benchmark's own timing is the whole launch
 (process start included); the figures are in extra_info and printed. With benchmarks
-disabled (the default in pyproject) it skips at once.
+disabled (the default in pyproject, so in `make test`) it runs once, with one transfer per rate
+instead of three, and checks only what a loaded machine cannot break: every payload arrives
+intact and no transfer beats its link (efficiency < 1.2, i.e. measured > ideal / 1.2; the
+pacers' bursts, tbf's 4 ms and the userspace bucket's 2 chunks = 0.13 s at 1 mbit, are within
+that at 2 s, not at 0.5 s: measured 1.27 there). The idle-machine window (efficiency > 0.5) is
+asserted only as a benchmark.
 """
 from __future__ import annotations
 
@@ -28,11 +33,12 @@ SECONDS_PER_TRANSFER = 2.0
 REPEAT = 3
 
 
-def measure(backend: str, run_dir: Path) -> dict:
+def measure(backend: str, run_dir: Path, seconds_per_transfer: float = SECONDS_PER_TRANSFER,
+            repeat: int = REPEAT) -> dict:
     """One launch; returns {rate: {efficiency, seconds, ideal_s, payload_bytes, wire_overhead}}."""
     roles = [RoleSpec("hub", LinkSpec(), LinkSpec())]
     roles += [RoleSpec(f"n{m}mbit", LinkSpec(), LinkSpec(rate_bps=m * 1e6)) for m in RATES_MBIT]
-    probes = [{"op": "send", "dst": i + 1, "nbytes": int(m * 1e6 / 8 * SECONDS_PER_TRANSFER), "repeat": REPEAT}
+    probes = [{"op": "send", "dst": i + 1, "nbytes": int(m * 1e6 / 8 * seconds_per_transfer), "repeat": repeat}
               for i, m in enumerate(RATES_MBIT)]
     result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
                     backend=backend, run_dir=run_dir, hang_timeout_s=120, progress=False)
@@ -41,7 +47,7 @@ def measure(backend: str, run_dir: Path) -> dict:
     figures = {}
     for i, m in enumerate(RATES_MBIT):
         mine = [r for r in records if r["receivers"] == [i + 1]]
-        assert len(mine) == REPEAT and all(r["intact"] for r in mine)
+        assert len(mine) == repeat and all(r["intact"] for r in mine)
         wire = statistics.median(r["wire_bytes_rx"] for r in mine)
         figures[f"{m}mbit"] = {
             "efficiency": round(statistics.median(r["ideal_s"] / r["seconds"] for r in mine), 4),
@@ -56,8 +62,6 @@ def measure(backend: str, run_dir: Path) -> dict:
 @pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["kernel", "userspace"])
 def test_wire_efficiency(benchmark, kind, tmp_path):
-    if benchmark.disabled:
-        pytest.skip("benchmarks are disabled (pyproject); run with --benchmark-enable -n 0")
     from netem.caps import probe
 
     backend = "userspace"
@@ -66,12 +70,16 @@ def test_wire_efficiency(benchmark, kind, tmp_path):
         if caps.best_backend() == "userspace":
             pytest.skip("kernel backends need root and tbf or netem (see `python -m netem check`)")
         backend = caps.best_backend()
+    full = not benchmark.disabled
+    repeat = REPEAT if full else 1
     benchmark.group = "wire efficiency"
-    figures = benchmark.pedantic(measure, args=(backend, tmp_path), rounds=1, iterations=1)
+    figures = benchmark.pedantic(measure, args=(backend, tmp_path, SECONDS_PER_TRANSFER, repeat), rounds=1, iterations=1)
     benchmark.extra_info.update(backend=backend, **figures)
-    print(f"\nwire efficiency ({backend}; ideal/measured, median of {REPEAT}; wire overhead = rx bytes/payload):")
+    print(f"\nwire efficiency ({backend}; ideal/measured, median of {repeat}; wire overhead = rx bytes/payload):")
     for rate, f in figures.items():
         print(f"  {rate:>8}: efficiency {f['efficiency']:.3f}  ideal {f['ideal_s']:.3f} s  measured {f['seconds']} s"
               f"  payload {f['payload_bytes']} B  wire overhead {f['wire_overhead']}")
     for rate, f in figures.items():
-        assert 0.5 < f["efficiency"] < 1.2, (rate, f)
+        assert f["efficiency"] < 1.2, (rate, f)          # no link is beaten (a lower bound on time: holds under load)
+        if full:
+            assert f["efficiency"] > 0.5, (rate, f)      # the idle-machine window: a benchmark's, not a test's
