@@ -150,25 +150,36 @@ def test_not_root_asking_for_a_kernel_backend_fails_clearly(backend, not_root, t
     assert backend in message and "root" in message and "userspace" in message, message
 
 
+@pytest.mark.e2e
 def test_not_root_auto_falls_back_to_userspace_and_says_so_in_run_json(not_root, monkeypatch, tmp_path):
-    """The launch is replaced by a stub that records the backend it was given (no processes)."""
+    """A real run (the launch is wrapped, not replaced: it records the backend it was given), so the
+    rows are the roles' own: each names its backend."""
     import harness.cluster.launch
-    from harness.cluster.launch import ClusterResult
+    from harness.record import read_rows
+    from reliability_helpers import warm_cache
 
     calls = []
+    real_launch = harness.cluster.launch.launch
 
-    def fake_launch(roles, entry, payload, *, backend, run_dir, hang_timeout_s, progress=True, backend_reason=""):
+    def recording_launch(roles, entry, payload, *, backend, **kwargs):
         calls.append(backend)
-        return ClusterResult("ok", "", backend, {}, {}, 0.0)
+        return real_launch(roles, entry, payload, backend=backend, **kwargs)
 
-    monkeypatch.setattr(harness.cluster.launch, "launch", fake_launch)
-    outcomes = _run([*ONPOLICY, "net.backend=auto", f"out_dir={tmp_path}"])
-    assert [o.status for o in outcomes] == ["ok"]
+    monkeypatch.setattr(harness.cluster.launch, "launch", recording_launch)
+    overrides = [*ONPOLICY, "net.backend=auto", "onpolicy.workers=1", "onpolicy.steps=2", "onpolicy.eval_every=0",
+                 "onpolicy.policy_kl=false", "task.eval_prompts=4", "net.hang_timeout_s=120", f"out_dir={tmp_path}"]
+    warm_cache(overrides)
+    outcomes = _run(overrides)
+    assert [o.status for o in outcomes] == ["ok"], [o.reason for o in outcomes]
     assert calls == ["userspace"]
     meta = json.loads((outcomes[0].run_dir / "run.json").read_text())
     assert meta["backend"] == "userspace"
     reason = meta["backend_reason"]
     assert "root" in reason and "\n" not in reason, reason
+    frame = read_rows(outcomes[0].run_dir)
+    assert len(frame) > 0 and {"learner", "worker0"} <= set(frame.role)
+    assert "backend" in frame.columns and frame.backend.notna().all(), "a row without its backend"
+    assert set(frame.backend) == {"userspace"}, set(frame.backend)      # a key column of every row, every role
 
 
 @pytest.mark.parametrize("args, key", [
