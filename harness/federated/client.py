@@ -15,7 +15,8 @@ downlink, tx from the downlink until the server's next message), in_sync, merges
 
 Compute, measured so it means something (issue 14): ``client_flops`` (exact matmul FLOPs of
 the E steps, flops.py; split into ``flops_forward``, ``flops_input_grad``,
-``flops_weight_grad``) and ``client_compute_isolated_s``: with ``federated.isolate_compute``
+``flops_weight_grad``; ``client_adapter_flops``: LoRA's own part of them, flops.adapter_flops)
+and ``client_compute_isolated_s``: with ``federated.isolate_compute``
 (default) each client trains while holding the run's compute token, so no two clients
 compute at once and the time is not CPU contention between clients; ``compute_wait_s`` is
 the time queued for it. Transfers happen outside the token and still overlap. Chosen over
@@ -48,7 +49,7 @@ import torch
 
 from harness import optim
 from harness.federated import pruning
-from harness.federated.flops import Flops, batch_tokens, observe, step_flops
+from harness.federated.flops import Flops, batch_tokens, observe, step_adapter_flops, step_flops
 from harness.federated.messages import DownMsg, UpMsg
 from harness.federated.methods import fresh_basis
 from harness.federated.party import Bases, Party, apply_merge, sync_device, weight_of
@@ -166,7 +167,7 @@ class Client:
         model.train()
         fwd = bwd = 0.0
         losses = []
-        flops = Flops()
+        flops = adapter = Flops()
         start = time.perf_counter()
         for batch in batches:
             t0 = time.perf_counter()
@@ -187,11 +188,13 @@ class Client:
             fwd, bwd = fwd + (t1 - t0), bwd + (t2 - t1)
             losses.append(float(loss.detach()))
             flops = flops + step_flops(self.shapes, batch_tokens(batch))
+            adapter = adapter + step_adapter_flops(self.shapes, batch_tokens(batch))
         sync_device(party.device)
         model.eval()
         return {"forward_s": fwd, "backward_s": bwd, "client_compute_s": time.perf_counter() - start,
                 "loss": sum(losses) / len(losses), "client_flops": flops.total, "flops_forward": flops.forward,
-                "flops_input_grad": flops.input_grad, "flops_weight_grad": flops.weight_grad}
+                "flops_input_grad": flops.input_grad, "flops_weight_grad": flops.weight_grad,
+                "client_adapter_flops": adapter.total}
 
     # -- HetLoRA rank self-pruning (pruning.py) ---------------------------------------------
     def keep(self) -> int:
@@ -279,7 +282,7 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
             examples=client.examples, forward_s=stats["forward_s"], backward_s=stats["backward_s"],
             client_compute_s=stats["client_compute_s"], transfer_down_s=down_tr.seconds, send_s=send_tr.seconds,
             **{k: stats[k] for k in ("client_compute_isolated_s", "compute_wait_s", "client_flops", "flops_forward",
-                                     "flops_input_grad", "flops_weight_grad")}, **links,
+                                     "flops_input_grad", "flops_weight_grad", "client_adapter_flops")}, **links,
             payload_bytes_down=len(data), payload_bytes_up=len(payload), tensor_bytes_up=up.tensor_bytes,
             wire_bytes_down=wire_after.rx_bytes - wire_before.rx_bytes, in_sync=in_sync, merges=client.merged,
             period=msg.down.period, **trace_rate_columns(ctx.channel, down=[down_tr], up=[send_tr]))

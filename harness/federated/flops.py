@@ -17,6 +17,15 @@ padding included: it is computed):
   frozen (none); B's gradient ``2 N r d_out``; A's gradient ``2 N d_in r`` only when A is
   trainable (a frozen A, spra/ffa, has ``requires_grad=False``: autograd skips it).
 
+LoRA's own FLOPs (:func:`adapter_flops`, the second reading of a compute claim): what the
+adapter adds over the frozen model's forward and backward, i.e. the count above minus the
+frozen weight's terms (``2 N d_in d_out`` forward, and the same backward to the inputs where
+the input needs a gradient): the LoRA matmuls alone, x A^T and h B^T forward, backward through
+them where autograd runs it, and A's and B's weight gradients. Per square layer (d_in = d_out)
+after a trainable one it is 6 units of ``2 N d r`` with A trained, 5 with A frozen (no A
+gradient); on the first LoRA layer (input needs no gradient) 5 against 3 (a frozen A needs no
+h gradient either).
+
 Not counted (identical for every method on the same model and batch, so they cancel in
 any ratio between methods, and small next to the linears): attention scores and their
 softmax, norms, activations, the loss, the optimizer step. The count matches
@@ -80,11 +89,33 @@ def linear_flops(shape: LinearShape, tokens: int) -> Flops:
     return Flops(fwd, ig, wg)
 
 
+def adapter_flops(shape: LinearShape, tokens: int) -> Flops:
+    """LoRA's own FLOPs on one layer (module doc): :func:`linear_flops` without the frozen
+    weight's forward and backward to the inputs; zero for a layer without LoRA. Requires a
+    frozen base weight (ValueError otherwise: its gradient would be neither LoRA's nor the
+    frozen model's)."""
+    if shape.w_trainable:
+        raise ValueError(f"adapter_flops: a trainable base weight ({shape.d_in} -> {shape.d_out}) is not LoRA")
+    if shape.rank == 0:
+        return Flops()
+    whole = linear_flops(shape, tokens)
+    dense = 2 * int(tokens) * shape.d_in * shape.d_out
+    return Flops(whole.forward - dense, whole.input_grad - (dense if shape.input_grad else 0), whole.weight_grad)
+
+
 def step_flops(shapes: list[LinearShape], tokens: int) -> Flops:
     """FLOPs of one training step (forward + backward) over every linear layer."""
     total = Flops()
     for shape in shapes:
         total = total + linear_flops(shape, tokens)
+    return total
+
+
+def step_adapter_flops(shapes: list[LinearShape], tokens: int) -> Flops:
+    """LoRA's own FLOPs of one training step over every linear layer (:func:`adapter_flops`)."""
+    total = Flops()
+    for shape in shapes:
+        total = total + adapter_flops(shape, tokens)
     return total
 
 

@@ -233,4 +233,4 @@ def execute(ctx: Any, party: Party, trains_a: bool) -> None:
             payload_bytes_up=len(payload), tensor_bytes_up=up.tensor_bytes,
             wire_bytes_down=wire1.rx_bytes - wire0.rx_bytes, **link_columns(ctx, ctx.rank),
             **{key: stats[key] for key in ("forward_s", "backward_s", "client_compute_s", "client_compute_isolated_s",
-                                           "compute_wait_s", "client_flops")})
+                                           "compute_wait_s", "client_flops", "client_adapter_flops")})

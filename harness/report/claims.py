@@ -16,12 +16,24 @@ the budget closest to 1.6%; bytes and speedup only against a bf16 full sync):
 - quality within 2% of full sync (per-seed retained accuracy >= 0.98), at the slowest rate;
 - quality within 2% of low-rank training at (about) equal bytes: low-rank at its smallest
   rank (r=1 ships what Spar ships at 1.6% of r=64), same seed, same rate.
+- the quality comparison at equal wall-clock time, at every rate: HiLo's quality over full
+  sync's when the faster of the two finishes, and HiLo's time to 95% of full sync's final
+  quality over full sync's own time to it (harness/report/metrics.py, "Horizons").
+Horizons: every line's ``horizon`` says which horizon its verdict uses: ``per update`` (bytes,
+speedup: means over every update of the run), ``equal updates`` (the final evaluation after the
+run's N updates, with whether the better of the two methods had plateaued by then: the 95%
+interval of its per-seed slope over the last PLATEAU_EVALS evaluations reaches 0; when it has
+not, the verdict measures a per-update lag at that horizon, not where the methods end up),
+``equal wall-clock`` (when the faster finishes; time to 95%), ``final round`` / ``per round``
+(federated).
 SPRA-LoRA (per federated scenario, backend and client optimizer: the SGD ``spra`` is judged
 against the SGD baselines, ``spra_adamw`` against the ``*_adamw`` ones, each in its own rows
 whose ``where`` names the optimizer; the reference is the variant named ``spra`` /
 ``spra_<optimizer>``, else one with the linear rate rule; FedIT ratios pair with the FedIT of
-the same optimizer): uplink <= 50% of FedIT; client compute <= 50% of FedIT (FLOPs when
-recorded, else isolated compute time, else compute time); higher final accuracy than
+the same optimizer): uplink <= 50% of FedIT; client compute <= 50% of FedIT in two labelled
+readings, the whole client step (FLOPs when recorded, else isolated compute time, else compute
+time) and LoRA's own FLOPs (what the adapter adds over the frozen model's forward and backward,
+harness.federated.flops.adapter_flops; runs that predate the column give no row); higher final accuracy than
 **each** baseline (paired per-seed difference > 0, one row per baseline); rank-aware
 (linear) lr beats the constant-lr ablation.
 """
@@ -35,15 +47,16 @@ import numpy as np
 import pandas as pd
 
 from harness.report.aggregate import ident, seed_of
-from harness.report.metrics import FEDERATED_KEYS, ONPOLICY_KEYS, constant_links, synchronous
+from harness.report.metrics import (FEDERATED_KEYS, ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET, constant_links,
+                                    plateau, synchronous)
 from harness.report.stats import INCONCLUSIVE, crossover, seeds_needed, summarize, verdict
 from harness.report.tables import Tables
 
 HILO_BYTES, HILO_SPEEDUP, HILO_RETAINED = 0.016, 2.2, 0.98
 SPRA_UPLINK, SPRA_COMPUTE = 0.5, 0.5
-COLUMNS = ["method", "claim", "where", "estimate", "ci_low", "ci_high", "sd", "n_seeds", "seeds", "rule",
+COLUMNS = ["method", "claim", "where", "horizon", "estimate", "ci_low", "ci_high", "sd", "n_seeds", "seeds", "rule",
            "verdict", "seeds_to_resolve", "threshold", "direction", "statistic", "note"]
-Found = Iterator[tuple[str, dict, str]]   # (where, {seed: value}, note)
+Found = Iterator[tuple]   # (where, {seed: value}, note) or (where, {seed: value}, note, horizon)
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,7 @@ class ClaimSpec:
     direction: str               # ">=" or "<=": the side of the threshold the claim wants
     rule: str                    # how the verdict is reached, in words
     find: Callable[[Tables], Found]
+    horizon: str = ""            # which horizon the verdict uses, when find() does not say it per line
 
 
 def values(runs: pd.DataFrame, config: pd.Series, keys: list[str], column: str) -> dict:
@@ -118,25 +132,76 @@ def hilo_speedup(tables: Tables) -> Found:
             yield _where(label, r), ({} if fair else values(tables.hilo_runs, r, ONPOLICY_KEYS, "speedup")), fair
 
 
+def _baseline(t: pd.DataFrame, r: pd.Series) -> pd.Series | None:
+    """The full-sync configuration ``r`` was paired with (its ``baseline_variant``) at its rate."""
+    hit = t[(t["variant"].astype(str) == str(r.get("baseline_variant") or "").split(";")[0])
+            & (t["rate_mbit"] == r["rate_mbit"])]
+    return hit.iloc[0] if len(hit) else None
+
+
+def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None) -> str:
+    """The ``horizon`` of an equal-updates verdict: the updates, and whether the better of HiLo and
+    its full sync (higher mean final quality) had plateaued (metrics.plateau) by then."""
+    updates = values(tables.hilo_runs, r, ONPOLICY_KEYS, "updates")
+    text = f"equal updates: final evaluation after {int(max(updates.values(), default=0))} updates"
+
+    def mean_quality(side: tuple[pd.Series, str]) -> float:
+        q = list(values(tables.hilo_runs, side[0], ONPOLICY_KEYS, "quality").values())
+        return float(np.mean(q)) if q else -math.inf
+
+    sides = [(r, "HiLo")] + ([(full, "full sync")] if full is not None else [])
+    better, name = max(sides, key=mean_quality)
+    flat, s = plateau(values(tables.hilo_runs, better, ONPOLICY_KEYS, "final_slope").values())
+    if s.n < 2:
+        return f"{text}; plateau not judged (the slope over the last {PLATEAU_EVALS} evaluations needs >= 2 seeds)"
+    word = "plateaued" if flat else "NOT plateaued (still rising: a per-update lag at this horizon)"
+    return (f"{text}; {name} {word}: slope over the last {PLATEAU_EVALS} evaluations {s.mean:+.3f}/100 updates, "
+            f"95% CI [{s.ci_low:+.3f}, {s.ci_high:+.3f}]")
+
+
 def hilo_quality(tables: Tables) -> Found:
-    for label, spar, _ in _spar_configs(tables):
+    for label, spar, t in _spar_configs(tables):
         for _, r in spar.groupby("ref_rank").head(1).iterrows():   # quality does not depend on the rate
-            yield _where(label, r), values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained"), ""
+            yield (_where(label, r), values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained"), "",
+                   equal_updates(tables, r, _baseline(t, r)))
+
+
+def hilo_equal_time(tables: Tables) -> Found:
+    """Quality at equal wall-clock time: HiLo's over full sync's when the faster finishes, per rate."""
+    for label, spar, _ in _spar_configs(tables):
+        for _, r in spar.iterrows():
+            per_seed = values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained_equal_time")
+            at = values(tables.hilo_runs, r, ONPOLICY_KEYS, "equal_time_s")
+            horizon = (f"equal wall-clock: when the faster finishes (mean {np.mean(list(at.values())):.1f} s)"
+                       if at else "equal wall-clock: when the faster finishes")
+            fair = _fair(r)
+            yield _where(label, r), ({} if fair else per_seed), fair, horizon
+
+
+def hilo_time_to_95(tables: Tables) -> Found:
+    """Time to 95% of full sync's final quality, HiLo's over full sync's own, per rate."""
+    for label, spar, _ in _spar_configs(tables):
+        for _, r in spar.iterrows():
+            fair = _fair(r)
+            mine = values(tables.hilo_runs, r, ONPOLICY_KEYS, "time_to_95_vs_full")
+            note = "" if mine else f"HiLo or full sync never reached {WALLCLOCK_TARGET:.0%} of full sync's final quality"
+            yield _where(label, r), ({} if fair else mine), fair or note
 
 
 def hilo_equal_bytes(tables: Tables) -> Found:
     for label, spar, t in _spar_configs(tables):
         for _, r in spar.groupby("ref_rank").head(1).iterrows():
+            horizon = equal_updates(tables, r, _baseline(t, r))
             low = t[(t["method"] == "lowrank") & (t["rate_mbit"] == r["rate_mbit"]) & (t["ref_rank"] == r["ref_rank"])]
             if low.empty:
-                yield _where(label, r, "low-rank (no run)"), {}, "no low-rank run at this rate: not measured"
+                yield _where(label, r, "low-rank (no run)"), {}, "no low-rank run at this rate: not measured", horizon
                 continue
             lo = low.sort_values("rank").iloc[0]
             mine = values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality")
             theirs = values(tables.hilo_runs, lo, ONPOLICY_KEYS, "quality")
             note = (f"low-rank r={int(lo['rank'])} ships {lo['bytes_frac']:.2%} of full sync, "
                     f"HiLo+Spar {r['bytes_frac']:.2%}")
-            yield _where(label, r, f"low-rank r={int(lo['rank'])}"), ratio(mine, theirs), note
+            yield _where(label, r, f"low-rank r={int(lo['rank'])}"), ratio(mine, theirs), note, horizon
 
 
 # ---------------------------------------------------------------- SPRA
@@ -181,6 +246,13 @@ def spra_compute(tables: Tables) -> Found:
         yield f"{where}, measure {measure}", values(tables.spra_runs, r, FEDERATED_KEYS, "compute_frac_vs_fedit"), note
 
 
+def spra_adapter_compute(tables: Tables) -> Found:
+    for where, r, _ in _spra_configs(tables):
+        per_seed = values(tables.spra_runs, r, FEDERATED_KEYS, "adapter_frac_vs_fedit")
+        if per_seed:                                        # runs recorded before the column: no row
+            yield f"{where}, measure client_adapter_flops", per_seed, ""
+
+
 def spra_beats_baselines(tables: Tables) -> Found:
     for where, r, t in _spra_configs(tables):
         mine = values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy")
@@ -220,10 +292,10 @@ SPECS = [
     ClaimSpec("HiLo", "bytes per update <= 1.6% of full sync (configured budget / achieved; by construction)",
               "bytes_frac", HILO_BYTES, "<=",
               f"per-seed bytes/update over the same seed's bf16 full sync; met when the whole {INTERVAL} is <= 1.6%",
-              hilo_bytes),
+              hilo_bytes, "per update (mean over the run)"),
     ClaimSpec("HiLo", "update speedup >= 2.2x vs full sync", "speedup", HILO_SPEEDUP, ">=",
               f"per-seed full-sync update_s / HiLo update_s at this rate; met when the whole {INTERVAL} is > 2.2",
-              hilo_speedup),
+              hilo_speedup, "per update (mean over the run)"),
     ClaimSpec("HiLo", "quality within 2% of full sync", "quality_retained", HILO_RETAINED, ">=",
               f"per-seed final accuracy / same seed's full sync; met when the whole {INTERVAL} is > 0.98",
               hilo_quality),
@@ -231,40 +303,56 @@ SPECS = [
               HILO_RETAINED, ">=",
               f"per-seed final accuracy / same seed's low-rank (smallest rank); met when the whole {INTERVAL} is > 0.98",
               hilo_equal_bytes),
+    ClaimSpec("HiLo", "quality within 2% of full sync at equal wall-clock time", "quality_retained_equal_time",
+              HILO_RETAINED, ">=",
+              f"per-seed accuracy / same seed's full sync, both when the faster of the two finishes (linear between "
+              f"evaluations); met when the whole {INTERVAL} is > 0.98", hilo_equal_time),
+    ClaimSpec("HiLo", f"reaches {WALLCLOCK_TARGET:.0%} of full sync's final quality no later than full sync",
+              "time_to_95_vs_full", 1.0, "<=",
+              f"per-seed time to {WALLCLOCK_TARGET:.0%} of the same seed's full-sync final accuracy, over full sync's "
+              f"own; met when the whole {INTERVAL} is < 1", hilo_time_to_95,
+              f"equal wall-clock: time to {WALLCLOCK_TARGET:.0%} of full sync's final quality"),
     ClaimSpec("SPRA-LoRA", "uplink <= 50% of FedIT", "uplink_frac_vs_fedit", SPRA_UPLINK, "<=",
               f"per-seed uplink bytes/round over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
-              spra_uplink),
-    ClaimSpec("SPRA-LoRA", "client compute <= 50% of FedIT", "compute_frac_vs_fedit", SPRA_COMPUTE, "<=",
+              spra_uplink, "per round (mean over the run)"),
+    ClaimSpec("SPRA-LoRA", "client compute <= 50% of FedIT (reading 1: the whole client step)",
+              "compute_frac_vs_fedit", SPRA_COMPUTE, "<=",
               f"per-seed client compute over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
-              spra_compute),
+              spra_compute, "per round (mean over the run)"),
+    ClaimSpec("SPRA-LoRA", "client compute <= 50% of FedIT (reading 2: LoRA's own FLOPs over the frozen model's "
+              "forward and backward)", "adapter_frac_vs_fedit", SPRA_COMPUTE, "<=",
+              f"per-seed adapter FLOPs over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
+              spra_adapter_compute),
     ClaimSpec("SPRA-LoRA", "higher final accuracy than every baseline", "accuracy - baseline accuracy", 0.0, ">=",
               f"per-seed accuracy difference to this baseline (same seed); met when the whole {INTERVAL} is > 0",
-              spra_beats_baselines),
+              spra_beats_baselines, "final round"),
     ClaimSpec("SPRA-LoRA", "rank-aware (linear) lr beats constant lr", "accuracy - const-lr accuracy", 0.0, ">=",
               f"per-seed accuracy difference to the const-lr ablation; met when the whole {INTERVAL} is > 0",
-              spra_lr_rule),
+              spra_lr_rule, "final round"),
     ClaimSpec("SPRA-LoRA", "at equal uplink the freed budget buys accuracy (SPRA at 2x each rank vs FedIT)",
               "accuracy - FedIT accuracy", 0.0, ">=",
               f"per-seed accuracy of spra_equal_uplink minus fedit (same uplink bytes); met when the whole {INTERVAL} is > 0",
-              spra_versus("spra_equal_uplink", "fedit")),
+              spra_versus("spra_equal_uplink", "fedit"), "final round"),
     ClaimSpec("SPRA-LoRA", "rank-aware lr beats constant lr with A's variance fixed at 1/r_ref (the SNR argument alone)",
               "accuracy - const-lr accuracy", 0.0, ">=",
               f"per-seed accuracy of spra_aref_linear minus spra_aref_const; met when the whole {INTERVAL} is > 0",
-              spra_versus("spra_aref_linear", "spra_aref_const")),
+              spra_versus("spra_aref_linear", "spra_aref_const"), "final round"),
     ClaimSpec("SPRA-LoRA", "periodic resampling of A helps (T=5 vs never)", "accuracy - no-resample accuracy", 0.0,
               ">=", f"per-seed accuracy of spra minus spra_no_resample; met when the whole {INTERVAL} is > 0",
-              spra_versus("spra", "spra_no_resample")),
+              spra_versus("spra", "spra_no_resample"), "final round"),
 ]
 
 
-def judge(spec: ClaimSpec, where: str, per_seed: dict, note: str) -> dict:
-    """One claims.csv line: estimate, interval, verdict and seeds to resolve from per-seed values."""
+def judge(spec: ClaimSpec, where: str, per_seed: dict, note: str, horizon: str | None = None) -> dict:
+    """One claims.csv line: estimate, interval, verdict and seeds to resolve from per-seed values;
+    ``horizon`` (default: the spec's) says which horizon the verdict uses."""
     s = summarize(per_seed.values())
     v = verdict(s.ci_low, s.ci_high, spec.threshold, spec.direction)
     need = seeds_needed(s.mean, s.sd, spec.threshold) if v == INCONCLUSIVE else math.nan
     if s.n < 2:
         note = "; ".join(x for x in (note, f"n={s.n}: no interval, run >= 3 seeds") if x)
-    return {"method": spec.method, "claim": spec.claim, "where": where, "estimate": s.mean, "ci_low": s.ci_low,
+    return {"method": spec.method, "claim": spec.claim, "where": where,
+            "horizon": spec.horizon if horizon is None else horizon, "estimate": s.mean, "ci_low": s.ci_low,
             "ci_high": s.ci_high, "sd": s.sd, "n_seeds": s.n, "seeds": ",".join(str(k) for k in per_seed),
             "rule": spec.rule, "verdict": v, "seeds_to_resolve": need, "threshold": spec.threshold,
             "direction": spec.direction, "statistic": spec.statistic, "note": note}
@@ -272,8 +360,7 @@ def judge(spec: ClaimSpec, where: str, per_seed: dict, note: str) -> dict:
 
 def claims_frame(tables: Tables, specs: list[ClaimSpec] | None = None) -> pd.DataFrame:
     """Every claim the results allow judging, HiLo first (claims.csv)."""
-    lines = [judge(spec, where, per_seed, note) for spec in (specs or SPECS)
-             for where, per_seed, note in spec.find(tables)]
+    lines = [judge(spec, *found) for spec in (specs or SPECS) for found in spec.find(tables)]
     return pd.DataFrame(lines, columns=COLUMNS)
 
 

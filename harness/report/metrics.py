@@ -29,6 +29,18 @@ On-policy (learner rows, ``role == "learner"``):
 - ``time_to_target_s`` [s]: cumulative learner ``update_s`` at which quality reaches
   ``TARGET_FRACTION`` x the same seed's full-sync final quality, linear in time between
   evaluations (NaN: never reached). ``continuous``: the task's ``CONTINUOUS_METRIC`` at the end.
+- Horizons (docs/onpolicy.md "Horizons"): every quality comparison is judged at two horizons.
+  Equal updates: the final evaluation, with ``final_slope`` [quality per 100 updates], the
+  least-squares slope of the held-out quality over the run's last ``PLATEAU_EVALS``
+  evaluations (NaN with fewer); a configuration has *plateaued* when the 95% t-interval of
+  its per-seed slopes reaches 0 or below (``plateau``). Equal wall-clock:
+  ``equal_time_s`` [s] = min(this run's, the same seed's full sync's total update time), the
+  time at which the faster of the two finishes; ``quality_retained_equal_time`` = this run's
+  quality at that time over full sync's (``quality_at_time``: linear in cumulative update time
+  between evaluations; NaN before a run's first evaluation); ``time_to_95_s`` [s] = the time
+  this run takes to reach ``WALLCLOCK_TARGET`` (95%) x the same seed's full-sync final quality
+  and ``time_to_95_vs_full`` = that time over full sync's own (< 1: there sooner; NaN when
+  either never gets there).
 - ``wire_efficiency``: ideal over measured downlink time,
   ``sum(bytes_per_update_t * 8 / rate_bps) / sum(transfer_down_s_t)`` (``transfer_s`` when the
   split is absent); 1.0 means the payload crossed at the configured link rate, lower means
@@ -53,6 +65,10 @@ Federated (server rows ``role == "server"``, client rows ``role == "client<k>"``
 - ``round_s`` [s]: mean of the server's ``round_s``. ``accuracy``: final server accuracy.
 - ``uplink_frac_vs_fedit`` / ``compute_frac_vs_fedit``: ratios to the ``fedit`` configuration
   of the same scenario, backend, task, ranks and link.
+- ``client_adapter_flops``: LoRA's own FLOPs per (client, round), what the adapter adds over the
+  frozen model's forward and backward (harness.federated.flops.adapter_flops), and
+  ``adapter_frac_vs_fedit`` its ratio to FedIT's: the compute claim's second reading (NaN for
+  runs that predate the column).
 
 A population run (``federated.population``; harness/federated/pool.py) has no ``client<k>``
 roles: its clients' compute rows are the executors' (``executor<e>``, one row per client it
@@ -87,14 +103,18 @@ CONTINUOUS_METRIC = {"distill": "reverse_kl", "reward": "reward", "federated": "
 LOWER_IS_BETTER = {"reverse_kl", "eval_loss"}
 COMPUTE_MEASURES = ("client_flops", "client_compute_isolated_s", "client_compute_s")   # best first
 ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "policy_kl", "bytes_frac", "speedup",
-                  "quality_retained", "time_to_target_s", "efficiency", "rollout_kl"]
+                  "quality_retained", "time_to_target_s", "efficiency", "rollout_kl", "final_slope", "equal_time_s",
+                  "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full"]
 PHASES = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")   # serial at k=0
-FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops", "round_s",
+FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops",
+                   "client_adapter_flops", "adapter_frac_vs_fedit", "round_s",
                    "accuracy", "eval_loss", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "accuracy_gain_vs_fedit",
                    "unavailable_frac", "late_frac", "client_uplink_bytes", "client_s", "virtual_round_s"]
 POPULATION_METRICS = ["sampled_per_round", "unavailable_frac", "late_frac", "failed_frac", "client_uplink_bytes",
                       "client_downlink_bytes", "client_s", "virtual_round_s"]
 TARGET_FRACTION = 0.9
+WALLCLOCK_TARGET = 0.95      # the equal-wall-clock horizon: time to 95% of the same seed's full-sync final quality
+PLATEAU_EVALS = 3            # the plateau criterion's window: the slope over the last 3 evaluations
 ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit",
                  "delay_ms", "rank", "budget_frac", "ref_rank", "staleness", "trace"]
 FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms", "trace"]
@@ -289,6 +309,64 @@ def time_to_target(curve: pd.DataFrame, target: float) -> float:
     return t0 + (target - q0) / (q1 - q0) * (t1 - t0)
 
 
+def final_slope(curve: pd.DataFrame, evals: int = PLATEAU_EVALS) -> float:
+    """Least-squares slope of quality per 100 updates over the last ``evals`` evaluations of one
+    run (x: updates done, ``step + 1``); NaN with fewer evaluations than that (or fewer than 2)."""
+    pts = curve.dropna(subset=["quality"]).tail(evals)
+    if len(pts) < max(2, evals):
+        return np.nan
+    x = pts["step"].to_numpy(dtype=float) + 1
+    return float(100 * np.polyfit(x, pts["quality"].to_numpy(dtype=float), 1)[0])
+
+
+def quality_at_time(curve: pd.DataFrame, t: float) -> float:
+    """Quality at cumulative update time ``t`` [s], linear in time between evaluations; an
+    evaluation at exactly ``t`` is that evaluation's value; NaN before the first evaluation or
+    after the last (nothing was measured there)."""
+    pts = curve.dropna(subset=["quality"])
+    if math.isnan(t) or pts.empty:
+        return np.nan
+    times, qs = pts["cum_time_s"].to_numpy(dtype=float), pts["quality"].to_numpy(dtype=float)
+    if t < times[0] - 1e-12 or t > times[-1] + 1e-12:
+        return np.nan
+    return float(np.interp(t, times, qs))
+
+
+def plateau(slopes: Iterable[float]) -> tuple[bool, Any]:
+    """Whether a configuration's held-out quality has plateaued: the 95% t-interval of its
+    per-seed ``final_slope`` values reaches 0 or below (no significant rise over the last
+    PLATEAU_EVALS evaluations); (verdict, the stats.Summary). Fewer than 2 seeds: False."""
+    from harness.report.stats import summarize
+
+    s = summarize([v for v in slopes if v == v])
+    return (s.n >= 2 and s.ci_low <= 0), s
+
+
+def _end_time(curve: pd.DataFrame) -> float:
+    return float(curve["cum_time_s"].iloc[-1]) if len(curve) else np.nan
+
+
+def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFrame]) -> None:
+    """The equal-updates slope and the equal-wall-clock columns of every run (module docstring)."""
+    frame["final_slope"] = [final_slope(curves[r]) for r in frame["run_id"]]
+    eq, kept, t95, vs = [], [], [], []
+    for r, b in zip(frame["run_id"], base):
+        if b < 0:
+            eq.append(np.nan), kept.append(np.nan), t95.append(np.nan), vs.append(np.nan)
+            continue
+        mine, full = curves[r], curves[frame.at[b, "run_id"]]
+        t = min(_end_time(mine), _end_time(full))
+        q_full = quality_at_time(full, t)
+        eq.append(t)
+        kept.append(quality_at_time(mine, t) / q_full if q_full and q_full == q_full else np.nan)
+        target = WALLCLOCK_TARGET * frame.at[b, "quality"]
+        t_mine, t_full = time_to_target(mine, target), time_to_target(full, target)
+        t95.append(t_mine)
+        vs.append(t_mine / t_full if t_full and t_full == t_full else np.nan)
+    frame["equal_time_s"], frame["quality_retained_equal_time"] = eq, kept
+    frame["time_to_95_s"], frame["time_to_95_vs_full"] = t95, vs
+
+
 def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
     """The synchronous (staleness 0) full sync at the same link and training rank."""
     cands = _match(configs[configs["method"] == "full_sync"], row, LINK_KEYS)
@@ -324,6 +402,7 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
     frame["quality_retained"] = paired_column(frame, base, "quality")
     frame["time_to_target_s"] = [time_to_target(curves[r], TARGET_FRACTION * frame.at[b, "quality"]) if b >= 0
                                  else np.nan for r, b in zip(frame["run_id"], base)]
+    _horizons(frame, base, curves)
     return frame
 
 
@@ -418,6 +497,7 @@ def federated_run(rows: pd.DataFrame) -> dict[str, Any]:
         "client_compute_s": _col(clients, "client_compute_s").mean(),
         "client_compute_isolated_s": _col(clients, "client_compute_isolated_s").mean(),
         "client_flops": _col(clients, "client_flops").mean(),
+        "client_adapter_flops": _col(clients, "client_adapter_flops").mean(),
         "forward_s": _col(clients, "forward_s").mean(),
         "backward_s": _col(clients, "backward_s").mean(),
         "round_s": _col(server, "round_s").mean(),
@@ -479,6 +559,7 @@ def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
     measure = next((m for m in COMPUTE_MEASURES if m in frame and frame[m].notna().all()), "client_compute_s")
     frame["compute_measure"] = measure
     frame["compute_frac_vs_fedit"] = paired_column(frame, base, measure)
+    frame["adapter_frac_vs_fedit"] = paired_column(frame, base, "client_adapter_flops")
     frame["accuracy_gain_vs_fedit"] = paired_column(frame, base, "accuracy", op="diff")
     return frame
 

@@ -47,7 +47,8 @@ SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms",
               "resample_every",
               "uplink_frac_vs_fedit",
               "compute_frac_vs_fedit", "compute_measure", "accuracy_gain_vs_fedit", "client_compute_isolated_s",
-              "client_flops", "forward_s", "backward_s", "eval_loss", "seeds", "seed_list", "loaded_runs",
+              "client_flops", "client_adapter_flops", "adapter_frac_vs_fedit", "forward_s", "backward_s", "eval_loss",
+              "seeds", "seed_list", "loaded_runs",
               "rebuilt_base_runs", "load_notes", "base_sha256",
               "rounds", "uplink_bytes_total", "in_sync_frac", "command", *POPULATION_METRICS]
 SWEEP_COLUMNS = ["rate_mbit", "rank", "method", "compressor", "speedup", "bytes_frac", "quality"]

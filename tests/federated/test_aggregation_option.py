@@ -48,6 +48,8 @@ def test_a_product_run_stays_in_sync_and_differs_from_the_column_run(tmp_path):
         rows = read_rows(run_dir)
         server = rows[rows.role == "server"].sort_values("step")
         assert server.in_sync.dropna().astype(bool).all()
+        clients = rows[rows.role != "server"]                    # LoRA's own FLOPs: a part of the step's
+        assert (clients.client_adapter_flops > 0).all() and (clients.client_adapter_flops < clients.client_flops).all()
         losses[aggregation] = list(server.eval_loss.dropna())
     assert losses["column"][0] == losses["product"][0]           # the same start
     assert losses["column"][-1] != losses["product"][-1]         # heterogeneous ranks: another average

@@ -78,3 +78,29 @@ def test_walk_on_the_tiny_transformer_counts_only_what_differs() -> None:
     torch_diff = totals[True][1] - totals[False][1]
     assert walk_diff == torch_diff > 0
     assert totals[False][0] <= totals[False][1]            # the walk leaves out attention scores only
+
+
+def test_adapter_flops_by_hand_on_a_tiny_shape() -> None:
+    """LoRA's own FLOPs (flops.adapter_flops): the whole count minus the frozen weight's forward and
+    backward to the inputs. q_proj 32 -> 48, rank 4, 10 tokens."""
+    from harness.federated.flops import adapter_flops, step_adapter_flops
+
+    n, di, do, r = 10, 32, 48, 4
+    down, up = 2 * n * di * r, 2 * n * r * do            # 2560 and 3840
+    inner_a = adapter_flops(LinearShape(di, do, r, a_trainable=True, b_trainable=True, input_grad=True), n)
+    assert (inner_a.forward, inner_a.input_grad, inner_a.weight_grad) == (6400, 6400, 6400)
+    assert (down + up) == 6400
+    inner_frozen = adapter_flops(LinearShape(di, do, r, a_trainable=False, b_trainable=True, input_grad=True), n)
+    assert (inner_frozen.forward, inner_frozen.input_grad, inner_frozen.weight_grad) == (6400, 6400, 3840)
+    first_a = adapter_flops(LinearShape(di, do, r, a_trainable=True, b_trainable=True, input_grad=False), n)
+    assert (first_a.forward, first_a.input_grad, first_a.weight_grad) == (6400, 3840, 6400)   # h.grad, no x.grad
+    first_frozen = adapter_flops(LinearShape(di, do, r, a_trainable=False, b_trainable=True, input_grad=False), n)
+    assert (first_frozen.forward, first_frozen.input_grad, first_frozen.weight_grad) == (6400, 0, 3840)
+    assert adapter_flops(LinearShape(di, do), n).total == 0           # no LoRA: nothing of the adapter's
+    shapes = [LinearShape(di, do, r, True, True, input_grad=False), LinearShape(do, di, r, True, True, input_grad=True),
+              LinearShape(di, 7)]
+    whole, own = step_flops(shapes, n), step_adapter_flops(shapes, n)
+    frozen = 2 * n * di * do + 2 * (2 * n * do * di) + 2 * n * di * 7   # W forward, + x.grad on layer 2 only
+    assert whole.total - own.total == frozen
+    with pytest.raises(ValueError, match="trainable base weight"):
+        adapter_flops(LinearShape(di, do, r, w_trainable=True), n)
