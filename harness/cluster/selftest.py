@@ -13,6 +13,9 @@
   idle      heartbeat for ``idle_s`` seconds (default: until stopped); writes
             ``selftest/idle-<role>.json`` with its pid first, so a test can kill it.
   hang      write ``selftest/hang-<role>.json``, then sleep without heartbeats.
+  damaged   the hub sends node 1 a compressed gradient (``harness.compress.Payload``) with one bit
+            flipped in its body; node 1 decodes it as a worker would, so it raises PayloadError
+            and its role exits non-zero (docs/failure.md: a damaged payload reaching a live role).
   where     write ``selftest/where-<role>.json``: pid, parent pid, whether the process is in its
             role's namespace, the interfaces it sees, RANK/NARROWBAND_ROLE, how it was started.
 """
@@ -32,7 +35,8 @@ from netem.names import NETNS_DIR
 def main(ctx: RoleContext) -> None:
     options = ctx.cfg.get("selftest", {})
     for phase in options.get("phases", ["exchange"]):
-        {"exchange": exchange, "probe": probe, "idle": idle, "hang": hang, "where": where}[phase](ctx, options)
+        {"exchange": exchange, "probe": probe, "idle": idle, "hang": hang, "where": where,
+         "damaged": damaged}[phase](ctx, options)
 
 
 def payload_for(rank: int, nbytes: int, salt: str = "") -> bytes:
@@ -142,6 +146,24 @@ def hang(ctx: RoleContext, options: dict) -> None:
     _write(ctx, f"hang-{ctx.role}", {"pid": os.getpid(), "role": ctx.role})
     while True:
         time.sleep(1.0)
+
+
+def damaged(ctx: RoleContext, options: dict) -> None:
+    """Hub -> node 1: a Payload's bytes with a bit flipped two thirds in; node 1 decodes (and raises)."""
+    import torch
+
+    from harness.compress import Payload, build
+
+    ctx.heartbeat(1)
+    if ctx.rank == 0:
+        gen = torch.Generator().manual_seed(0)
+        data = bytearray(build("identity").encode({"w": torch.randn(64, 64, generator=gen)}).to_bytes())
+        data[len(data) * 2 // 3] ^= 1 << 3
+        ctx.channel.send(1, bytes(data), "damaged")
+        ctx.channel.recv(1, "never")                # node 1 never answers: it is gone
+    elif ctx.rank == 1:
+        got, _ = ctx.channel.recv(0, "damaged")
+        Payload.from_bytes(got)                     # raises PayloadError: this role exits 1
 
 
 def where(ctx: RoleContext, options: dict) -> None:

@@ -82,3 +82,17 @@ def test_a_silent_run_fails_as_a_hang_and_is_stopped(model_run):
     assert result.status == "failed" and result.reason.startswith("hang: no progress from any role for ")
     assert all(code is not None and code != 0 for code in result.exit_codes.values())
     assert (run_dir / "selftest" / "hang-hub.json").exists()
+
+
+def test_a_damaged_payload_reaching_a_live_role_fails_the_run_naming_it(tmp_path):
+    """The role that decodes a damaged payload raises, exits non-zero, and the run ends failed
+    naming it, with the decoder's error in the log tail (the hub, left waiting, is stopped)."""
+    roles = star(1)
+    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["damaged"]}}},
+                    backend="userspace", run_dir=tmp_path, hang_timeout_s=120, progress=False)
+    assert result.status == "failed"
+    first = result.reason.splitlines()[0]
+    assert first.startswith(f"role {roles[1].name} (rank 1) exited with code 1"), result.reason
+    assert "PayloadError" in result.reason, result.reason
+    assert result.exit_codes[roles[1].name] == 1
+    assert result.exit_codes[roles[0].name] != 0                  # stopped, not left running
