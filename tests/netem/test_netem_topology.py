@@ -195,3 +195,45 @@ def test_close_stops_programs_left_running_inside(emulation):
         assert stray.poll() is None and stray.pid in pids_in(topo.namespaces)
     assert stray.wait(timeout=5) != 0            # stopped, so it cannot keep the namespace alive
     assert not ours_of(os.getpid())
+
+
+UDP_RECEIVE = """
+import socket, sys
+srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); srv.bind(("0.0.0.0", 0)); srv.settimeout(3.0)
+print(srv.getsockname()[1], flush=True)
+n = 0
+try:
+    while True:
+        srv.recv(2048); n += 1
+except socket.timeout:
+    pass
+print(n, flush=True)
+"""
+UDP_SEND = """
+import socket, sys, time
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(int(sys.argv[3])):
+    sock.sendto(b"x" * 100, (sys.argv[1], int(sys.argv[2]))); time.sleep(0.0005)
+"""
+
+
+def test_netem_loss_drops_that_fraction_of_packets(netem_kernel):
+    """20% loss on b's downlink: of 2000 datagrams a -> b about 1600 arrive (binomial sd 18, so
+    1400..1800 is > 10 sd either side); none is lost the other way round (a's downlink is clean).
+    Skipped where the kernel has no sch_netem (tbf cannot drop packets; loss is refused there)."""
+    with StarTopology([NodeSpec("a"), NodeSpec("b", down=LinkSpec(loss=0.2))], backend="netem") as topo:
+        def datagrams(src: str, dst: str, count: int) -> int:
+            receiver = subprocess.Popen(topo.exec_prefix(dst) + ["python3", "-c", UDP_RECEIVE],
+                                        stdout=subprocess.PIPE, text=True)
+            try:
+                port = receiver.stdout.readline().strip()
+                sent = run_in(topo.exec_prefix(src), UDP_SEND, topo.nodes[dst].addr, port, str(count), timeout=60)
+                assert sent.returncode == 0, sent.stderr
+                return int(receiver.stdout.readline())
+            finally:
+                receiver.kill()
+                receiver.wait()
+
+        lossy, clean = datagrams("a", "b", 2000), datagrams("b", "a", 2000)
+    assert 1400 <= lossy <= 1800, lossy
+    assert clean >= 1990, clean           # (a few may fall to a busy receiver's socket buffer, none to netem)
