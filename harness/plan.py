@@ -34,6 +34,7 @@ from harness.errors import ClusterError, ConfigError
 from harness.federated.settings import Settings
 from harness.onpolicy.setup import OnPolicyPlan
 from harness.placement import Placement, resolve as resolve_placement
+from harness.tasks.source import ModelSource, resolve as resolve_source
 from netem.spec import LinkSpec, LinkSpecError
 
 ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}
@@ -81,6 +82,7 @@ class RunPlan:
     onpolicy: OnPolicyPlan | None = None
     federated: Settings | None = None
     placement: Placement | None = None           # each role's host, cores and GPU (None: an old plan, the star)
+    model_source: ModelSource | None = None      # where the bases come from (harness/tasks/source.py), decided once
 
     def role_specs(self) -> list:
         """harness.cluster.launch.RoleSpec of every role, hub first."""
@@ -99,6 +101,7 @@ class RunPlan:
             "onpolicy": self.onpolicy.to_dict() if self.onpolicy else None,
             "federated": self.federated.to_dict() if self.federated else None,
             "placement": self.placement.to_dict() if self.placement else None,
+            "model_source": self.model_source.to_dict() if self.model_source else None,
         }
 
     @classmethod
@@ -111,6 +114,7 @@ class RunPlan:
             onpolicy=OnPolicyPlan.from_dict(data["onpolicy"]) if data["onpolicy"] else None,
             federated=Settings.from_dict(data["federated"]) if data["federated"] else None,
             placement=Placement.from_dict(data["placement"]) if data.get("placement") else None,
+            model_source=ModelSource.from_dict(data["model_source"]) if data.get("model_source") else None,
         )
 
 
@@ -124,6 +128,7 @@ def build_plan(cfg: Any) -> RunPlan:
     plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     kind = MethodKind(plain["method"]["kind"])
     onpolicy = federated = None
+    model_source = resolve_source(plain["model"], plain["task"], progress=bool(plain.get("progress", True)))  # a GGUF is materialised here
     if kind is MethodKind.ONPOLICY:
         _check_model_and_task(plain, kind)
         from harness.onpolicy.setup import plan_from_cfg
@@ -154,7 +159,7 @@ def build_plan(cfg: Any) -> RunPlan:
                    entry=ENTRIES[kind.value], roles=roles, seed=int(plain["seed"]),
                    hang_timeout_s=float(plain["net"]["hang_timeout_s"]),
                    keys=_row_keys(plain, roles, onpolicy, backend), onpolicy=onpolicy, federated=federated,
-                   placement=placement)
+                   placement=placement, model_source=model_source)
 
 
 def _specs(roles: tuple[RolePlan, ...], placement: Placement | None = None) -> list:

@@ -271,7 +271,7 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
     except Exception as err:  # recorded, not lost: the run is marked failed with the reason
         status, reason, extra = "failed", f"{type(err).__name__}: {err}", {}
     extra["load"] = load_record(load0, load_snapshot())
-    extra["bases"] = _bases(meta["config"])
+    extra["bases"] = _bases(plan)
     set_status(run_dir, status, reason, seconds=round(time.time() - t0, 3),
                finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
     _print_run_summary(run_dir, status, reason, extra["bases"])
@@ -326,12 +326,13 @@ def load_record(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
     return record | {"wall_s": round(end["wall"] - start["wall"], 3)}
 
 
-def _bases(config: dict) -> dict[str, Any]:
-    """run.json's ``bases`` (harness.tasks.cache.describe_bases); never fails the run record."""
+def _bases(plan: RunPlan) -> dict[str, Any]:
+    """run.json's ``bases``: the plan's model source described (harness.tasks.source: per base the
+    SHA-256 of its weights, origin, path; for a GGUF the file and its SHA-256); never fails the record."""
     try:
-        from harness.tasks.cache import describe_bases
-
-        return describe_bases(config)
+        if plan.model_source is None:
+            return {"error": "the plan has no model_source"}
+        return plan.model_source.describe()
     except Exception as err:  # noqa: BLE001 - recorded: a base that cannot be hashed is said so
         return {"error": f"{type(err).__name__}: {err}"}
 

@@ -138,6 +138,23 @@ def _check_backend(net: Any) -> None:
                 raise ConfigError(f"{err} (net.backend={net.backend} resolves to {backend})") from None
 
 
+def _check_hf_paths(model: Any) -> None:
+    """``model=hf``: ``model.path`` (and ``model.teacher_path`` when set) is a local Hugging Face
+    folder or a GGUF file whose package (``pkg://``) and file exist (what is inside a GGUF is
+    checked when the plan resolves the model source: harness.tasks.gguf_cache)."""
+    from harness.tasks.gguf_cache import is_gguf, resolve_file
+
+    for key in ("path", "teacher_path"):
+        value = model.get(key)
+        if key == "teacher_path" and not value:
+            continue
+        if is_gguf(value):
+            resolve_file(str(value), f"model.{key}")
+        elif not value or not (Path(str(value)) / "config.json").is_file():
+            raise ConfigError(f"model.{key}: {value!r} is not a local Hugging Face model directory (a folder with "
+                              "config.json, e.g. from save_pretrained) nor a .gguf file; nothing is downloaded")
+
+
 def validate(cfg: Any) -> None:
     """Raise ConfigError for the first bad field of a composed config (DictConfig or dict); called by build_plan."""
     net, model, task, comp, method = cfg.net, cfg.model, cfg.task, cfg.compressor, cfg.method
@@ -160,10 +177,7 @@ def validate(cfg: Any) -> None:
         if value not in group_options(group):
             raise _allowed(f"{group}.name", value, group_options(group))
     if model.name == "hf":
-        path = Path(str(model.path or ""))
-        if not model.path or not (path / "config.json").is_file():
-            raise ConfigError(f"model.path: {model.path!r} is not a local Hugging Face model directory "
-                              "(a folder with config.json, e.g. from save_pretrained); nothing is downloaded")
+        _check_hf_paths(model)
     ranks = [("model.rank", model.rank)]
     if method.get("rank") is not None:
         ranks.append(("method.rank", method.rank))

@@ -12,6 +12,10 @@ Shipped first: the entries the reference scenarios use are shipped with the proj
 so every machine starts from the same bits; ``pretrained`` returns the shipped folder whenever
 the recipe's entry name is one of them and builds into the cache only for other recipes.
 
+GGUF files (``model=hf model.path=FILE.gguf``, the ``model=smollm2`` preset) are materialised
+into the same cache as ``gguf-<file hash>`` folders (harness.tasks.gguf_cache); where a run's
+bases come from is decided once by the plan (harness.tasks.source, ``RunPlan.model_source``).
+
 Where: $NARROWBAND_CACHE, else <project root>/.cache/narrowband/. Two processes asking for
 the same entry build it once: an exclusive ``fcntl`` lock on ``<entry>.lock`` is held while
 building into a temporary folder that is renamed into place (atomic on one file system);
@@ -46,10 +50,10 @@ from typing import Callable, Mapping
 import torch
 
 from harness.tasks.arith import Arithmetic
-from harness.tasks.bases import describe, shipped
+from harness.tasks.bases import shipped
 from harness.tasks.data import encode_prompts, prompt_attention, sft_batch, sft_loss, correct
 from harness.tasks.grow import shape_problem, widen
-from harness.tasks.models import build_model, hf_dir, load_dir, model_dtype, plain
+from harness.tasks.models import build_model, hf_dir, hf_key, load_dir, model_dtype, plain
 from harness.tasks.rollouts import generate
 from harness.tasks.tokenizer import Tokenizer
 from harness.errors import ConfigError
@@ -130,40 +134,40 @@ def entry_path(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
 
 def locate(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
     """The folder ``pretrained`` returns, without building anything: the shipped reference base
-    when the recipe has one (harness.tasks.bases), else the cache entry (which may not exist yet)."""
-    m = plain(model_cfg)
-    if m.get("name") == "hf":
-        return hf_dir(m, "teacher_path" if kind == "teacher" and m.get("teacher_path") else "path")
-    return shipped(entry_name(kind, m, task_cfg)) or entry_path(kind, m, task_cfg)
+    when the recipe has one (harness.tasks.bases), else the cache entry (which may not exist yet);
+    for ``model=hf`` the folder (a GGUF file: the entry it is materialised into)."""
+    from harness.tasks.source import base_source
+
+    return Path(base_source(kind, model_cfg, task_cfg).path)
 
 
 def describe_bases(cfg: Mapping) -> dict:
-    """run.json's ``bases``: per kind the run loads ("student", and "teacher" for distill), the
-    SHA-256 of its weights, whether that is the shipped reference, and its path."""
-    out = {}
-    for kind in used_kinds(cfg):
-        path = locate(kind, cfg["model"], cfg["task"])
-        name = None if plain(cfg["model"]).get("name") == "hf" else entry_name(kind, cfg["model"], cfg["task"])
-        out[kind] = describe(path, name) if path.is_dir() else {"sha256": None, "reference": False, "path": str(path)}
-    return out
+    """run.json's ``bases`` of a config (harness.tasks.source.ModelSource.describe; a run records
+    its plan's ``model_source`` instead of resolving the config again)."""
+    from harness.tasks.source import resolve
+
+    return resolve(cfg["model"], cfg["task"]).describe()
 
 
 def used_kinds(cfg: Mapping) -> list[str]:
     """The pretrained bases a run loads: the student, and the teacher for distill."""
-    return ["student"] + (["teacher"] if plain(cfg["task"]).get("name") == "distill" else [])
+    from harness.tasks.source import used_kinds as kinds
+
+    return kinds(cfg["task"])
 
 
 def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True) -> Path:
     """The directory of the ``kind`` model ("teacher" | "student"), built once and cached.
 
     For ``model.name == "hf"`` nothing is built: the student is ``model.path`` and the
-    teacher ``model.teacher_path`` (default ``model.path``).
+    teacher ``model.teacher_path`` (default ``model.path``); a GGUF file there is materialised
+    into the cache once (harness.tasks.gguf_cache).
     """
     m = plain(model_cfg)
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
     if m.get("name") == "hf":
-        return hf_dir(m, "teacher_path" if kind == "teacher" and m.get("teacher_path") else "path")
+        return hf_dir(m, hf_key(m, kind), progress=progress)
     ref = shipped(entry_name(kind, m, task_cfg))
     if ref is not None:
         return ref
@@ -305,6 +309,12 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
 
     kinds = used_kinds(cfg)
     if cfg["model"].get("name") == "hf":
+        # a folder is there already; a GGUF was materialised while the run was planned, and is
+        # materialised here (rank 0, the others wait on its lock) only for a role started without a plan
+        m = plain(cfg["model"])
+        if rank == 0:
+            for kind in kinds:
+                hf_dir(m, hf_key(m, kind))
         return
     if rank == 0:
         errors: list[BaseException] = []

@@ -3,8 +3,9 @@
 ``model.name`` selects the source: ``tiny`` / ``small`` (or any other name) build a fresh
 ``LlamaForCausalLM`` from the size fields of the model config (conf/model/*.yaml), with
 weights drawn from ``model.init_seed``; ``hf`` loads ``model.path``, a local Hugging Face
-directory (config.json + weights + tokenizer, e.g. written by ``save_pretrained``). Nothing
-is downloaded: HF_HUB_OFFLINE=1 and ``local_files_only=True``.
+directory (config.json + weights + tokenizer, e.g. written by ``save_pretrained``) or a GGUF
+file, which stands for the folder it is materialised into once (harness.tasks.gguf_cache).
+Nothing is downloaded: HF_HUB_OFFLINE=1 and ``local_files_only=True``.
 
 LoRA conventions (peft): scale = alpha / r, ``alpha=None`` means alpha = r (scale 1) for
 every module, also with per-module ranks. ``init="default"``: A kaiming-uniform, B = 0 (the
@@ -55,13 +56,26 @@ def model_dtype(model_cfg: Mapping) -> torch.dtype:
     return DTYPES[name]
 
 
-def hf_dir(model_cfg: Mapping, key: str = "path") -> Path:
-    """``model.<key>`` as an existing local HF model directory, or a ConfigError naming it."""
+def hf_key(model_cfg: Mapping, kind: str = "student") -> str:
+    """The ``model.*`` key that locates the ``kind`` base of ``model=hf``: ``path``, or
+    ``teacher_path`` for the teacher when it is set."""
+    return "teacher_path" if kind == "teacher" and plain(model_cfg).get("teacher_path") else "path"
+
+
+def hf_dir(model_cfg: Mapping, key: str = "path", progress: bool = False) -> Path:
+    """``model.<key>`` as an existing local HF model directory, or a ConfigError naming it.
+
+    A GGUF file (``*.gguf`` or ``pkg://PACKAGE/FILE.gguf``) stands for the cache folder it is
+    materialised into (harness.tasks.gguf_cache; materialised first when it is not there yet)."""
     value = plain(model_cfg).get(key)
+    from harness.tasks.gguf_cache import is_gguf, materialise
+
+    if is_gguf(value):
+        return materialise(str(value), f"model.{key}", progress=progress).path
     path = Path(str(value)) if value else None
     if path is None or not (path / "config.json").is_file():
         raise ConfigError(f"model.{key}: {value!r} is not a local Hugging Face model directory (a folder "
-                          "with config.json, e.g. written by save_pretrained); nothing is downloaded")
+                          "with config.json, e.g. written by save_pretrained) nor a .gguf file; nothing is downloaded")
     return path
 
 

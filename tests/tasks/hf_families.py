@@ -11,6 +11,7 @@ Families and the module names they differ in:
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -100,4 +101,88 @@ def save_family(family: str, out: Path, seed: int = 0, hidden: int = 32) -> Path
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
+    return out
+
+
+# --------------------------------------------------------------------------- GGUF files
+# Families whose GGUF transformers 5.24 can dequantize, and whose tensors llama.cpp permutes.
+GGUF_FAMILIES = ("llama", "qwen2")
+CHAT_TEMPLATE = ("{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] + eos_token }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
+
+
+def _llama_permute(w, n_head: int):
+    """llama.cpp's convert_hf_to_gguf permutation of q/k rows (rotary halves -> interleaved pairs);
+    transformers' GGUF loader undoes it."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def save_gguf(family: str, out: Path, seed: int = 0, hidden: int = 64, qtype: str = "F32") -> Path:
+    """Write a randomly initialised tiny ``family`` model ("llama" | "qwen2"; 1 layer, ``hidden``
+    wide, 4 heads / 2 kv heads) with its BPE tokenizer and a chat template as one GGUF file, the
+    way llama.cpp's converter lays it out (tensor names, q/k permutation for llama, tokenizer in
+    the metadata). ``qtype``: the GGML type of the 2-D projection weights ("F32" keeps them exact;
+    "Q8_0" / "Q4_1" quantize them, so loading has something to dequantize). Returns ``out``.
+
+    The HF model it was written from is saved beside it (``out.with_suffix('')``) for reference."""
+    import gguf
+    import numpy as np
+
+    if family not in GGUF_FAMILIES:
+        raise ValueError(f"family: {family!r}; GGUF files are written for {', '.join(GGUF_FAMILIES)}")
+    folder = save_family(family, out.with_suffix(""), seed=seed, hidden=hidden)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    cfg = model.config
+    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2}[family]
+    names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
+    writer = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])
+    writer.add_name(f"tiny {family}")
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    writer.add_vocab_size(cfg.vocab_size)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype == "F32" else gguf.LlamaFileType[f"MOSTLY_{qtype}"])
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    assert [i for _, i in vocab] == list(range(len(vocab)))
+    specials = set(tok.all_special_tokens)
+    merges = json.loads(tok.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2" if family == "qwen2" else "default")   # as llama.cpp labels them
+    writer.add_token_list([t for t, _ in vocab])
+    writer.add_token_types([gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL for t, _ in vocab])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    if tok.bos_token_id is not None:
+        writer.add_bos_token_id(tok.bos_token_id)
+    writer.add_eos_token_id(tok.eos_token_id)
+    if tok.pad_token_id is not None:
+        writer.add_pad_token_id(tok.pad_token_id)
+    writer.add_add_bos_token(tok.bos_token_id is not None)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    quant = gguf.GGMLQuantizationType[qtype]
+    for hf_name, tensor in model.state_dict().items():
+        if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        base, suffix = hf_name.rsplit(".", 1)
+        name = f"{names.get_name(base)}.{suffix}"
+        data = tensor.numpy().astype(np.float32)
+        if family == "llama" and base.endswith(("q_proj", "k_proj")):
+            heads = cfg.num_attention_heads if base.endswith("q_proj") else cfg.num_key_value_heads
+            data = _llama_permute(data, heads)
+        if data.ndim == 2 and quant != gguf.GGMLQuantizationType.F32 and name.startswith("blk."):
+            writer.add_tensor(name, gguf.quants.quantize(data, quant), raw_dtype=quant)
+        else:
+            writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     return out

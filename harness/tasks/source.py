@@ -1,0 +1,129 @@
+"""Where a run's base models come from, decided once at plan time (``RunPlan.model_source``).
+
+A run loads one or two bases: the student (the policy / every federated party) and, for
+``task=distill``, the teacher. Each comes from one of four origins:
+
+- ``shipped``: a reference base shipped with the project (harness/bases/<entry>; the same
+  bits on every machine), when the preset's pretraining recipe is one of them;
+- ``cache``: pretrained on first use into the cache (<cache>/<kind>-<recipe hash>; built by
+  rank 0 of the run: harness.tasks.cache.ensure_pretrained);
+- ``folder``: ``model=hf``, a local Hugging Face folder, used as it is;
+- ``gguf``: ``model=hf`` with a GGUF file, materialised into <cache>/gguf-<file hash>
+  (harness.tasks.gguf_cache) while the plan is built, so the roles load a folder.
+
+``resolve(model_cfg, task_cfg)`` decides it (one-line ConfigError on a missing package, file or
+folder, or an architecture transformers cannot dequantize); ``ModelSource.describe()`` is
+run.json's ``bases``: per kind the SHA-256 of the weights it loads, whether that is the shipped
+reference's, its path and origin, and for a GGUF the source file and its SHA-256.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Mapping
+
+KINDS = ("student", "teacher")
+
+
+class Origin(str, Enum):
+    """Where one base's weights come from (a closed set)."""
+    SHIPPED = "shipped"
+    CACHE = "cache"
+    FOLDER = "folder"
+    GGUF = "gguf"
+
+
+@dataclass(frozen=True)
+class BaseSource:
+    """One base of a run: which (student | teacher), from where, and the folder the roles load."""
+    kind: str                          # student | teacher
+    origin: Origin
+    path: str                          # the local HF folder loaded (an origin=cache entry may not exist yet)
+    entry: str | None = None           # shipped/cache: <kind>-<recipe hash>; gguf: gguf-<file hash>
+    gguf: str | None = None            # origin=gguf: the source file
+    gguf_sha256: str | None = None     # origin=gguf: SHA-256 of the file's bytes
+
+    def describe(self) -> dict[str, Any]:
+        """run.json's ``bases[kind]`` (the weights are hashed now, from the folder the roles loaded)."""
+        from harness.tasks.bases import describe
+
+        path = Path(self.path)
+        ref_name = self.entry if self.origin in (Origin.SHIPPED, Origin.CACHE) else None
+        out = describe(path, ref_name) if path.is_dir() else {"sha256": None, "reference": False, "path": self.path}
+        out["origin"] = self.origin.value
+        if self.origin is Origin.GGUF:
+            out |= {"gguf": self.gguf, "gguf_sha256": self.gguf_sha256}
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "origin": self.origin.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BaseSource":
+        return cls(**{**dict(data), "origin": Origin(data["origin"])})
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Every base a run loads, student first."""
+    bases: tuple[BaseSource, ...]
+
+    def of(self, kind: str) -> BaseSource:
+        for b in self.bases:
+            if b.kind == kind:
+                return b
+        raise KeyError(f"this run loads no {kind} base (it loads {', '.join(b.kind for b in self.bases)})")
+
+    @property
+    def kinds(self) -> list[str]:
+        return [b.kind for b in self.bases]
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """run.json's ``bases``: {kind: BaseSource.describe()}."""
+        return {b.kind: b.describe() for b in self.bases}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bases": [b.to_dict() for b in self.bases]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ModelSource":
+        return cls(tuple(BaseSource.from_dict(b) for b in data["bases"]))
+
+
+def used_kinds(task_cfg: Mapping) -> list[str]:
+    """The bases a run loads: the student, and the teacher for distill."""
+    from harness.tasks.models import plain
+
+    return ["student"] + (["teacher"] if plain(task_cfg).get("name") == "distill" else [])
+
+
+def base_source(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = False) -> BaseSource:
+    """Where the ``kind`` base comes from; a GGUF is materialised here (once, into the cache)."""
+    from harness.tasks.models import hf_key, plain
+
+    if kind not in KINDS:
+        raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
+    m = plain(model_cfg)
+    if m.get("name") == "hf":
+        from harness.tasks.gguf_cache import is_gguf, materialise
+        from harness.tasks.models import hf_dir
+
+        key = hf_key(m, kind)
+        if is_gguf(m.get(key)):
+            entry = materialise(str(m[key]), f"model.{key}", progress=progress)
+            return BaseSource(kind, Origin.GGUF, str(entry.path), entry.path.name, str(entry.file), entry.sha256)
+        return BaseSource(kind, Origin.FOLDER, str(hf_dir(m, key)))
+    from harness.tasks.bases import shipped
+    from harness.tasks.cache import entry_name, entry_path
+
+    name = entry_name(kind, m, task_cfg)
+    ref = shipped(name)
+    if ref is not None:
+        return BaseSource(kind, Origin.SHIPPED, str(ref), name)
+    return BaseSource(kind, Origin.CACHE, str(entry_path(kind, m, task_cfg)), name)
+
+
+def resolve(model_cfg: Mapping, task_cfg: Mapping, progress: bool = False) -> ModelSource:
+    """The ModelSource of a run's model and task config (see the module docstring)."""
+    return ModelSource(tuple(base_source(k, model_cfg, task_cfg, progress) for k in used_kinds(task_cfg)))
