@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install test test-fast bench report clean-net clean check-net
+.PHONY: help install test test-fast bench report clean-net clean check-net gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ bench: $(STAMP)  ## run the reference reproductions and write results/summary.md
 
 report: $(STAMP)  ## rebuild tables and plots from results/runs
 	$(PY) -m harness.report
+
+gpu-check: $(STAMP)  ## smoke_hilo + smoke_spra with each role on its own GPU (< 5 min; skips without a GPU)
+	$(PY) -m harness.gpucheck
 
 check-net: $(STAMP)  ## show what this kernel can emulate
 	$(PY) -m netem check
