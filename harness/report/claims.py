@@ -269,7 +269,8 @@ def spra_lr_rule(tables: Tables) -> Found:
         if "a_variance" in t:              # ... at the same variance of A (1/r_k vs 1/r_ref is its own claim)
             const = const[const["a_variance"].fillna("").astype(str) == str(r.get("a_variance") or "")]
         if len(const) and r["lr_rule"] in ("linear", ""):
-            c = const.iloc[0]
+            named = const[const["variant"] == "spra_const_lr"]   # not the aggregation or horizon ablations' const rows
+            c = (named if len(named) else const).iloc[0]
             yield f"{where}, vs {c['variant']}", diff(values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy"),
                                                       values(tables.spra_runs, c, FEDERATED_KEYS, "accuracy")), ""
 
@@ -341,6 +342,20 @@ SPECS = [
               ">=", f"per-seed accuracy of spra minus spra_no_resample; met when the whole {INTERVAL} is > 0",
               spra_versus("spra", "spra_no_resample"), "final round"),
 ]
+# SPRA's aggregation (beyond the paper, docs/federated.md "Aggregation"): product (sum_k p_k dW_k) against the
+# column average, each lr rule, at 12 rounds and at 36; and the rank rule under each aggregation at 36 rounds
+for _mine, _theirs, _what, _rounds in (
+        ("spra_product", "spra", "product vs column aggregation, linear lr", 12),
+        ("spra_product_const_lr", "spra_const_lr", "product vs column aggregation, constant lr", 12),
+        ("spra_product", "spra_product_const_lr", "linear vs constant lr under product aggregation", 12),
+        ("spra_product_r36", "spra_r36", "product vs column aggregation, linear lr", 36),
+        ("spra_product_const_lr_r36", "spra_const_lr_r36", "product vs column aggregation, constant lr", 36),
+        ("spra_r36", "spra_const_lr_r36", "linear vs constant lr under column aggregation", 36),
+        ("spra_product_r36", "spra_product_const_lr_r36", "linear vs constant lr under product aggregation", 36)):
+    SPECS.append(ClaimSpec(
+        "SPRA-LoRA (ablation)", f"aggregation ablation: {_what} ({_rounds} rounds)", "accuracy difference", 0.0, ">=",
+        f"per-seed accuracy of {_mine} minus {_theirs}; 'met' when the whole {INTERVAL} is > 0 (the first is better)",
+        spra_versus(_mine, _theirs), f"final round ({_rounds} rounds)"))
 
 
 def judge(spec: ClaimSpec, where: str, per_seed: dict, note: str, horizon: str | None = None) -> dict:
