@@ -10,7 +10,8 @@ Names: identity, spar, powersgd, topk, randk, quant (the `compressor` config gro
 Options common to all: budget (fraction of bf16 bytes, 0 < b <= 1), budget_bytes (absolute,
 wins), dtype (wire dtype), seed; error_feedback=True wraps the result in ErrorFeedback.
 Compressor-specific options (the config's `compressor.options`):
-  spar:     allocator greedy|exact, svd sketch|gram|svd, sketch_columns, sketch_power,
+  spar:     allocator greedy|exact, allocation energy|normalized|preconditioned, svd sketch|gram|svd,
+            sketch_columns, sketch_power,
             backward_grams (hilo: Gram matrices computed during backward, harness.onpolicy.overlap)
   powersgd: rank (int: fixed instead of fitted to the budget), warm_start
   randk:    unbiased
