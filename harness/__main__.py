@@ -30,9 +30,16 @@ register()
 def _app(cfg: DictConfig) -> None:
     from harness.run import run_scenario
 
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.tuning import config_error_in
+
     try:
         outcomes = run_scenario(cfg, overrides=_user_overrides())
-    except ConfigError as err:
+    except (ConfigError, OmegaConfBaseException) as raised:
+        err = config_error_in(raised)     # a resolver's too (${tuned_lr:...} without its tuning file)
+        if err is None:
+            raise
         print(f"error: {err}", file=sys.stderr)
         if _multirun():
             raise   # this grid point's failure (see below), not the end of the sweep

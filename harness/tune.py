@@ -1,23 +1,37 @@
-"""Learning-rate tuning of a federated scenario's variants on the validation split.
+"""Learning-rate tuning of a scenario's variants on the validation split, federated or on-policy.
 
     python -m harness.tune scenario=spra_federated [only=[spra,fedit]] [seeds=[0,1]] \\
         [lrs=[0.001,0.003,0.01]] [extend=3] [key=value ...]
+    python -m harness.tune scenario=hilo_distill seeds=[0,1,2] [only=[full_sync_10mbit,hilo_spar_10mbit]]
 
 For every variant (or those in ``only``) and every seed, runs the variant at each learning
-rate of the grid with the in-process backend (harness.federated.inproc: the real server,
-client and aggregation code, threads instead of processes and links: training math only)
-and records the final evaluation on the VALIDATION split (``task.eval_split=validation``:
-training-side problems no client holds, disjoint from the held-out test problems that
-report results). The selected lr is the lowest mean validation loss over the seeds
-(loss, not accuracy: on a few hundred problems accuracy moves in coarse steps). When the
-selected value is at an edge of the grid, the grid is extended one step past that edge
-(ladder 1, 3, 10, 30, ... x 10^n) and the new point run, up to ``extend`` times.
+rate of the grid with an in-process backend that runs the training math only: federated
+scenarios with harness.federated.inproc (the real server, client and aggregation code,
+threads instead of processes and links), on-policy ones with harness.onpolicy.inproc (the real
+learner, worker, sync and compressor code, threads and queues instead of processes and
+links; in synchronous mode the trajectory is the emulated run's bit for bit,
+tests/onpolicy/test_inproc.py). Each point records the final evaluation on the VALIDATION
+split (``task.eval_split=validation``: training-side problems, disjoint from the held-out
+test problems that report results). Federated: the selected lr is the lowest mean validation
+loss (the SFT loss) over the seeds (loss, not accuracy: on a few hundred problems accuracy
+moves in coarse steps). On-policy: the highest mean validation accuracy (greedy exact match,
+the quality the report's claims judge), ties to the lower val_loss (distill: the reverse KL to
+the teacher on the student's own samples; reward: 1 - the mean reward of the greedy
+completions); both are recorded for every point. When the selected value is at
+an edge of the grid, the grid is extended one step past that edge (ladder 1, 3, 10, 30, ...
+x 10^n) and the new point run, up to ``extend`` times.
+
+On-policy variants that differ only in the link (``net.*``) or in the horizon
+(``onpolicy.steps``, ``onpolicy.eval_every``: the short timing-only runs) train alike, so they
+share one entry, named after the first such variant of the scenario; every point runs at the
+scenario's own horizon (``onpolicy.steps``; a ``onpolicy.steps=N`` override tunes at N).
 
 Writes ``results/tuning/<scenario>.csv`` (every point, appended as it is measured, so an
 interrupted sweep resumes: points already there are not rerun) and
 ``results/tuning/<scenario>.selected.csv`` (harness.tuning), which the scenario reads via
 ``${tuned_lr:...}``. Other ``key=value`` arguments are config overrides for every run.
-Default grid: 3e-4 .. 1e-2 (SGD) and 1e-4 .. 3e-3 (AdamW, ``federated.optimizer=adamw``).
+Default grid: 3e-4 .. 1e-2 (SGD) and 1e-4 .. 3e-3 (AdamW: ``federated.optimizer=adamw``, and
+the on-policy learner's default).
 """
 from __future__ import annotations
 
@@ -37,6 +51,43 @@ from harness.tuning import POINT_COLUMNS, points_path, select, selected_path
 
 GRIDS = {"sgd": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [1e-4, 3e-4, 1e-3, 3e-3]}
 TUNE_KEYS = ("scenario", "only", "seeds", "lrs", "extend")
+ONPOLICY_TASKS = ("distill", "reward")
+# on-policy overrides that do not change what trains: the link, the horizon of a timing-only variant, the lr itself
+SHARED_PREFIXES = ("net.", "onpolicy.steps=", "onpolicy.eval_every=", "onpolicy.lr=")
+# an on-policy tuning point: evaluated once, after its last update, on task.validation_prompts validation prompts;
+# no policy-mismatch diagnostic (housekeeping outside the update: neither changes a bit of the trajectory)
+ONPOLICY_TUNING = ["onpolicy.eval_every=0", "onpolicy.policy_kl=false", "task.eval_prompts=${task.validation_prompts}"]
+
+
+def family(cfg) -> str:
+    """``onpolicy`` for a distill / reward task, else ``federated``."""
+    return "onpolicy" if str(cfg.task.name) in ONPOLICY_TASKS else "federated"
+
+
+def lr_key(fam: str) -> str:
+    return "onpolicy.lr" if fam == "onpolicy" else "federated.lr"
+
+
+def select_by(fam: str) -> str:
+    """What a selection of this family maximises (harness.tuning.SELECT_BY)."""
+    return "val_accuracy" if fam == "onpolicy" else "val_loss"
+
+
+def training_overrides(extra: list[str]) -> list[str]:
+    """An on-policy variant's overrides that change its training (all but the link, the horizon, the lr)."""
+    return [o for o in extra if not o.lstrip("+~").startswith(SHARED_PREFIXES)]
+
+
+def entries(variants: dict[str, list[str]]) -> dict[str, list[str]]:
+    """{entry: variants reading it}: on-policy variants with the same training overrides share one
+    entry, named after the first of them (in the scenario's order)."""
+    out: dict[str, list[str]] = {}
+    seen: dict[tuple[str, ...], str] = {}
+    for name, extra in variants.items():
+        key = tuple(sorted(map(str, training_overrides(list(extra)))))
+        seen.setdefault(key, name)
+        out.setdefault(seen[key], []).append(name)
+    return out
 
 
 def ladder(lr: float, up: bool) -> float:
@@ -81,65 +132,117 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 
 class Sweep:
-    """The points of one scenario, persisted after every run."""
+    """The points of one scenario, persisted after every run. Several tune processes may share a
+    scenario (e.g. one per ``only=`` entry): each point is appended under an exclusive lock on
+    ``<scenario>.csv.lock``, re-reading what the others appended meanwhile."""
 
     def __init__(self, scenario: str) -> None:
         self.scenario = scenario
         self.path = points_path(scenario)
-        self.points = pd.read_csv(self.path) if self.path.exists() else pd.DataFrame(columns=POINT_COLUMNS + ["run_s"])
+        self.points = self._read()
         self._cache: dict[str, Any] = {}
 
+    def _read(self) -> pd.DataFrame:
+        return pd.read_csv(self.path) if self.path.exists() else pd.DataFrame(columns=POINT_COLUMNS + ["run_s"])
+
+    def reload(self) -> pd.DataFrame:
+        """The points on disk now (other processes' included)."""
+        self.points = self._read()
+        return self.points
+
+    def _append(self, point: dict[str, Any]) -> None:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.points = pd.concat([self._read(), pd.DataFrame([point])], ignore_index=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            self.points.to_csv(tmp, index=False)
+            tmp.replace(self.path)
+
     def has(self, variant: str, optimizer: str, lr: float, seed: int, rounds: int) -> bool:
-        p = self.points
+        p = self.reload()
         hit = (p["variant"] == variant) & (p["optimizer"] == optimizer) & (p["seed"] == seed) & (p["rounds"] == rounds)
         return bool((hit & ((p["lr"] - lr).abs() <= 1e-12 * lr)).any())
 
     def run(self, overrides: list[str], variant: str, lr: float, seed: int) -> None:
-        from harness.federated.inproc import run_in_threads
-        from harness.record import read_rows
         from harness.run import compose_config
-        from harness.tasks import build_federated, build_tokenizer, load_base
 
-        composed = compose_config([*overrides, f"federated.lr={lr}", f"seed={seed}", "task.eval_split=validation"])
+        fam = family(compose_config(overrides))
+        fixed = [f"{lr_key(fam)}={lr}", f"seed={seed}", "task.eval_split=validation"]
+        if fam == "onpolicy":                  # training-neutral: the last update's evaluation only, no diagnostic
+            fixed += ONPOLICY_TUNING
+        composed = compose_config([*overrides, *fixed])
         composed.variants = {}                 # the other variants' ${tuned_lr:...} are not this run's business
         cfg = OmegaConf.to_container(composed, resolve=True)
-        fed = cfg["federated"]
-        optimizer, rounds = str(fed.get("optimizer", "sgd")), int(fed["rounds"])
+        section = cfg["onpolicy"] if fam == "onpolicy" else cfg["federated"]
+        optimizer = str(section.get("optimizer", "sgd"))
+        rounds = int(section["steps"] if fam == "onpolicy" else section["rounds"])
         if self.has(variant, optimizer, lr, seed, rounds):
             return
+        start = time.perf_counter()
+        metrics = self._onpolicy(composed, cfg) if fam == "onpolicy" else self._federated(cfg, seed)
+        point = {"variant": variant, "optimizer": optimizer, "lr": lr, "seed": seed, "rounds": rounds, **metrics,
+                 "run_s": round(time.perf_counter() - start, 1)}
+        print(json.dumps(point), flush=True)
+        self._append(point)
+
+    def _federated(self, cfg: dict, seed: int) -> dict[str, float]:
+        """The final validation loss and accuracy of one federated run (in-process backend)."""
+        from harness.federated.inproc import run_in_threads
+        from harness.record import read_rows
+        from harness.tasks import build_federated, build_tokenizer, load_base
+
+        fed = cfg["federated"]
         key = json.dumps([cfg["model"], cfg["task"], fed["clients"], seed], sort_keys=True, default=str)
         if key not in self._cache:
             tok = build_tokenizer(cfg["model"])
             self._cache = {key: (build_federated(cfg["task"], tok, int(fed["clients"]), seed),
                                  load_base("student", cfg["model"], cfg["task"], progress=False))}
         task, base = self._cache[key]
-        start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             run_in_threads(cfg, Path(tmp), task, base)
             rows = read_rows(tmp)
         server = rows[rows.role == "server"].dropna(subset=["eval_loss"]).sort_values("step")
-        point = {"variant": variant, "optimizer": optimizer, "lr": lr, "seed": seed, "rounds": rounds,
-                 "val_loss": float(server.eval_loss.iloc[-1]), "val_accuracy": float(server.accuracy.iloc[-1]),
-                 "run_s": round(time.perf_counter() - start, 1)}
-        print(json.dumps(point), flush=True)
-        self.points = pd.concat([self.points, pd.DataFrame([point])], ignore_index=True)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.points.to_csv(self.path, index=False)
+        return {"val_loss": float(server.eval_loss.iloc[-1]), "val_accuracy": float(server.accuracy.iloc[-1])}
+
+    @staticmethod
+    def _onpolicy(composed, cfg: dict) -> dict[str, float]:
+        """The final validation metrics of one on-policy run (harness.onpolicy.inproc): val_loss is
+        the reverse KL (distill) or 1 - the mean reward (reward) on the validation prompts."""
+        from harness.onpolicy.inproc import run_in_threads
+        from harness.plan import build_plan
+        from harness.record import read_rows
+
+        plan = build_plan(composed)            # every knob checked as a real run's
+        with tempfile.TemporaryDirectory() as tmp:
+            run_in_threads(cfg, Path(tmp), plan=plan.to_dict())
+            rows = read_rows(tmp)
+        learner = rows[rows.role == "learner"].dropna(subset=["accuracy"]).sort_values("step")
+        last = learner.iloc[-1]
+        loss = float(last["reverse_kl"]) if cfg["task"]["name"] == "distill" else 1.0 - float(last["reward"])
+        return {"val_loss": loss, "val_accuracy": float(last["accuracy"])}
 
 
 def tune_variant(sweep: Sweep, base: list[str], variant: str, extra: list[str], opts: dict[str, Any]) -> None:
     from harness.run import _merge_overrides, compose_config
 
-    extra = [o for o in extra if not o.lstrip("+~").startswith("federated.lr=")]
+    fam = family(compose_config(base))
+    extra = [o for o in extra if not o.lstrip("+~").startswith(f"{lr_key(fam)}=")]
+    if fam == "onpolicy":
+        extra = training_overrides(extra)      # the entry's training; the scenario's own link and horizon
     over = _merge_overrides(base, extra)
-    optimizer = str(compose_config(over).federated.get("optimizer", "sgd"))
+    section = compose_config(over)[fam]
+    optimizer = str(section.get("optimizer", "sgd"))
     grid = sorted(opts["lrs"] or GRIDS.get(optimizer, GRIDS["sgd"]))
     for step in range(opts["extend"] + 1):
         for lr in grid:
             for seed in opts["seeds"]:
                 sweep.run(over, variant, lr, seed)
-        mine = sweep.points[(sweep.points["variant"] == variant) & sweep.points["lr"].isin(grid)]
-        best = float(select(mine).iloc[0]["lr"])
+        points = sweep.reload()
+        mine = points[(points["variant"] == variant) & points["lr"].isin(grid)]
+        best = float(select(mine, select_by(fam)).iloc[0]["lr"])
         if best not in (grid[0], grid[-1]) or step == opts["extend"]:
             return
         grid = sorted(grid + [ladder(best, up=best == grid[-1])])
@@ -151,20 +254,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts, overrides = parse(list(sys.argv[1:] if argv is None else argv))
         base = [f"scenario={opts['scenario']}", *overrides]
-        variants = OmegaConf.to_container(compose_config(base).variants, resolve=False) or {}
+        composed = compose_config(base)
+        variants = OmegaConf.to_container(composed.variants, resolve=False) or {}
+        if family(composed) == "onpolicy":      # link- and horizon-only variants share their method's entry
+            variants = {name: variants[name] for name in entries(variants)}
         unknown = [v for v in opts["only"] if v not in variants]
         if unknown:
-            raise ConfigError(f"only: {unknown[0]!r} is not a variant of scenario {opts['scenario']}; "
+            raise ConfigError(f"only: {unknown[0]!r} is not a tuning entry of scenario {opts['scenario']}; "
                               f"choose from {', '.join(variants)}")
     except ConfigError as err:
         print(f"[narrowband] {err}", file=sys.stderr)
         return 2
-    sweep = Sweep(opts["scenario"])
+    sweep, by = Sweep(opts["scenario"]), select_by(family(composed))
     names = opts["only"] or list(variants)             # in the order asked for
     for name in names:
         tune_variant(sweep, base, name, list(variants[name]), opts)
-        select(sweep.points).to_csv(selected_path(opts["scenario"]), index=False)   # usable after every variant
-    table = select(sweep.points)
+        select(sweep.reload(), by).to_csv(selected_path(opts["scenario"]), index=False)   # usable after every variant
+    table = select(sweep.reload(), by)
     print(table.to_string(index=False))
     edge = table[table["at_edge"]]
     if len(edge):

@@ -118,7 +118,7 @@ class TaskConfig:
     alpha: float = 0.5               # Dirichlet concentration over sub-distributions (lower = more non-IID)
     client_sizes: List[int] = field(default_factory=list)  # examples per client; [] = equal split
     examples: int = 2048             # total federated training examples
-    eval_split: str = "test"         # federated: evaluate on the held-out "test" problems or the "validation" ones (tuning)
+    eval_split: str = "test"         # evaluate on the held-out "test" problems or the "validation" ones (tuning: harness.tune)
     validation_prompts: int = 256    # federated: validation problems (training-side, disjoint from every client's data)
     batch_size: int = 16
 

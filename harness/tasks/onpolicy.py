@@ -17,6 +17,15 @@ reward: a verifiable reward per completion (1 for the exact answer followed by e
 
 Determinism: prompts depend only on (seed, step, split); sampling only on the given
 generator; every op runs on the CPU without nondeterministic kernels.
+
+Evaluation split (``task.eval_split``): ``test`` (default) scores the held-out problems (the
+``eval`` side of Arithmetic's fixed hash split, prompts seeded by EVAL_SEED) that every reported
+result uses; ``validation`` (learning-rate tuning, harness.tune) scores as many problems of the
+TRAINING side instead, drawn with their own seed (derive("prompts", "validation", EVAL_SEED)):
+disjoint from the held-out problems by construction (is_eval is False for every one), so tuning
+never sees the problems that report a result. (They may coincide with some training prompts,
+which are drawn from the whole training side every update: validation measures the training
+distribution, as a validation split does.)
 """
 from __future__ import annotations
 
@@ -35,6 +44,7 @@ from harness.seeds import derive
 EVAL_SEED = 1234          # the held-out prompts every method is evaluated on
 NAMES = ("distill", "reward")
 SHAPINGS = ("none", "digits")
+EVAL_SPLITS = ("test", "validation")    # task.eval_split: held-out test problems, or training-side validation ones
 
 
 class OnPolicyTask:
@@ -58,12 +68,24 @@ class OnPolicyTask:
             raise ConfigError(f"task.max_new_tokens: {self.max_new_tokens} cannot hold the longest answer "
                               f"({self.lang.max_answer_len} characters) plus eos; use >= {need}")
         self.samples = int(cfg.get("samples_per_prompt", 4))
+        self.eval_split = str(cfg.get("eval_split", "test"))
+        if self.eval_split not in EVAL_SPLITS:
+            raise ConfigError(f"task.eval_split: {self.eval_split!r} is not allowed; choose one of "
+                              f"{', '.join(EVAL_SPLITS)}")
 
     # -- prompts and rollouts ---------------------------------------------------------------
     def prompts(self, split: str, n: int, seed: int, step: int) -> torch.Tensor:
         """[n, P] prompt ids of ``split`` ("train" | "eval"), a function of (seed, step) only."""
         gen = torch.Generator().manual_seed(derive("prompts", split, seed, step))
         return encode_prompts(self.tok, self.lang, self.lang.sample(split, n, gen))
+
+    def eval_prompts(self, n: int) -> torch.Tensor:
+        """[n, P] the prompts evaluate() scores: the first ``n`` held-out problems (eval_split=test)
+        or ``n`` training-side validation problems (eval_split=validation); fixed, seed-free."""
+        if self.eval_split == "validation":
+            gen = torch.Generator().manual_seed(derive("prompts", "validation", EVAL_SEED))
+            return encode_prompts(self.tok, self.lang, self.lang.sample("train", n, gen))
+        return self.prompts("eval", n, EVAL_SEED, 0)
 
     def rollout(self, policy, prompts: torch.Tensor, samples: int | None = None,
                 generator: torch.Generator | None = None) -> Rollouts:
@@ -99,8 +121,8 @@ class OnPolicyTask:
     # -- evaluation ----------------------------------------------------------------------------
     @torch.no_grad()
     def greedy(self, policy, n: int, chunk: int = 256) -> tuple[torch.Tensor, Rollouts]:
-        """Greedy completions of the first ``n`` held-out prompts: (correct [n] bool, rollouts)."""
-        prompts = self.prompts("eval", n, EVAL_SEED, 0)
+        """Greedy completions of the ``n`` evaluation prompts (eval_prompts): (correct [n] bool, rollouts)."""
+        prompts = self.eval_prompts(n)
         parts = [self.rollout(policy, prompts[i:i + chunk], 1, None) for i in range(0, n, chunk)]
         r = Rollouts.cat(parts)
         return correct(self.tok, self.lang, r.prompts, r.completions, r.completion_mask), r
@@ -148,7 +170,7 @@ class DistillTask(OnPolicyTask):
         samples (task temperature, fixed seed) of the same held-out prompts."""
         n = n or int(self.cfg.get("eval_prompts", 128))
         ok, _ = self.greedy(policy, n)
-        prompts = self.prompts("eval", n, EVAL_SEED, 0)
+        prompts = self.eval_prompts(n)
         gen = torch.Generator(device=device_of(policy)).manual_seed(EVAL_SEED)
         r = self.rollout(policy, prompts, 1, gen)
         token_kl = self.token_kl(policy, r)
