@@ -1,0 +1,106 @@
+"""The two horizons of every quality comparison (harness/report/metrics.py "Horizons"), on a
+hand-made rows table whose expected values are computed by hand below.
+
+Two seeds, 6 updates, evaluated after updates 2, 4, 6 (steps 1, 3, 5):
+  full sync: 2.0 s per update -> evaluations at 4, 8, 12 s; accuracy seed 0: .5 .7 .8, seed 1: .6 .7 .8
+  HiLo:      1.0 s per update -> evaluations at 2, 4, 6 s;  accuracy seed 0: .4 .6 .7, seed 1: .5 .6 .78
+Equal wall-clock: HiLo finishes first, at 6 s; full sync at 6 s is halfway between its 4 s and 8 s
+evaluations: seed 0 (.5+.7)/2 = .6, seed 1 (.6+.7)/2 = .65; retained .7/.6 and .78/.65.
+Time to 95% of full sync's final (.95 * .8 = .76): full sync 8 + (.76-.7)/(.8-.7) * 4 = 10.4 s on both
+seeds; HiLo seed 0 never (NaN), seed 1 4 + (.76-.6)/(.78-.6) * 2 = 5.777.. s, ratio 5.777../10.4.
+Slope over the last 3 evaluations (x = updates 2, 4, 6; per 100 updates): full sync seed 0
+100 * ((-2)(.5-.6667) + 2(.8-.6667)) / 8 = 7.5, seed 1 100 * (2*.1 + 2*.1) / 8 = 5.0.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from harness.report.metrics import final_slope, onpolicy_curve, onpolicy_runs, plateau, quality_at_time
+
+UPDATES = 6
+EVALS = {1, 3, 5}
+RUNS = {  # variant: (method, compressor, update_s, {seed: accuracies at the evaluations})
+    "full_sync": ("full_sync", "none", 2.0, {0: [0.5, 0.7, 0.8], 1: [0.6, 0.7, 0.8]}),
+    "hilo_spar": ("hilo", "spar", 1.0, {0: [0.4, 0.6, 0.7], 1: [0.5, 0.6, 0.78]}),
+}
+
+
+def _rows() -> pd.DataFrame:
+    lines = []
+    for variant, (method, comp, update_s, seeds) in RUNS.items():
+        for seed, acc in seeds.items():
+            it = iter(acc)
+            for step in range(UPDATES):
+                common = dict(kind="onpolicy", run_id=f"{variant}-s{seed}", step=step, scenario="hilo_distill",
+                              backend="tc", variant=variant, method=method, compressor=comp, task="distill",
+                              rate_mbit=10.0, delay_ms=0.0, rank=64, ref_rank=64, staleness=0, seed=seed,
+                              budget_frac=0.016 if method == "hilo" else float("nan"))
+                lines.append({**common, "role": "learner", "update_s": update_s, "payload_bytes_down": 2000.0,
+                              "accuracy": next(it) if step in EVALS else float("nan")})
+                lines.append({**common, "role": "worker0"})
+    return pd.DataFrame(lines)
+
+
+@pytest.fixture(scope="module")
+def runs() -> pd.DataFrame:
+    return onpolicy_runs(_rows()).set_index("run_id")
+
+
+def test_quality_at_time_interpolates_between_evaluations_and_not_beyond() -> None:
+    rows = _rows()
+    curve = onpolicy_curve(rows[rows.run_id == "full_sync-s0"])
+    assert quality_at_time(curve, 6.0) == pytest.approx(0.6)
+    assert quality_at_time(curve, 8.0) == pytest.approx(0.7)
+    assert quality_at_time(curve, 12.0) == pytest.approx(0.8)
+    assert math.isnan(quality_at_time(curve, 3.0))          # before the first evaluation: nothing measured
+    assert math.isnan(quality_at_time(curve, 12.5))         # after the run
+
+
+def test_equal_wall_clock_columns(runs) -> None:
+    hilo0, hilo1 = runs.loc["hilo_spar-s0"], runs.loc["hilo_spar-s1"]
+    assert hilo0.equal_time_s == pytest.approx(6.0) and hilo1.equal_time_s == pytest.approx(6.0)
+    assert hilo0.quality_retained_equal_time == pytest.approx(0.7 / 0.6)
+    assert hilo1.quality_retained_equal_time == pytest.approx(0.78 / 0.65)
+    assert runs.loc["full_sync-s0"].time_to_95_s == pytest.approx(10.4)
+    assert math.isnan(hilo0.time_to_95_s) and math.isnan(hilo0.time_to_95_vs_full)
+    assert hilo1.time_to_95_s == pytest.approx(4 + 0.16 / 0.18 * 2)
+    assert hilo1.time_to_95_vs_full == pytest.approx((4 + 0.16 / 0.18 * 2) / 10.4)
+    full = runs.loc["full_sync-s1"]                          # full sync against itself: 1 at equal time
+    assert full.quality_retained_equal_time == pytest.approx(1.0) and full.time_to_95_vs_full == pytest.approx(1.0)
+
+
+def test_final_slope_and_the_plateau_criterion(runs) -> None:
+    assert runs.loc["full_sync-s0"].final_slope == pytest.approx(7.5)
+    assert runs.loc["full_sync-s1"].final_slope == pytest.approx(5.0)
+    rows = _rows()
+    short = onpolicy_curve(rows[(rows.run_id == "full_sync-s0") & (rows.step <= 3)])
+    assert math.isnan(final_slope(short))                   # two evaluations: fewer than the window's 3
+    flat, s = plateau([7.5, 5.0])                           # n=2: t(.975, 1) = 12.706 -> CI reaches below 0
+    assert flat and s.mean == pytest.approx(6.25) and s.ci_low < 0
+    rising, s = plateau([7.5, 5.0, 6.0])                    # mean 6.167, sd 1.258, half-width 4.303*sd/sqrt(3)
+    assert not rising and s.ci_low == pytest.approx(6.1667 - 4.3027 * 1.2583 / math.sqrt(3), abs=1e-3)
+    assert plateau([0.1, -0.2, 0.05])[0]
+    assert not plateau([1.0])[0]                            # one seed: no interval, never "plateaued"
+
+
+def test_claims_say_which_horizon_each_verdict_uses(runs) -> None:
+    from harness.report.claims import claims_frame
+    from harness.report.metrics import onpolicy_table
+    from harness.report.tables import Tables, hilo_table
+
+    per_run = runs.reset_index()
+    tables = Tables(hilo=hilo_table(onpolicy_table(runs=per_run)), spra=pd.DataFrame(), sweep=pd.DataFrame(),
+                    backends=pd.DataFrame(), hilo_runs=per_run, spra_runs=pd.DataFrame())
+    claims = claims_frame(tables).set_index("claim")
+    assert claims["horizon"].notna().all() and (claims["horizon"] != "").all()
+    assert claims.loc["update speedup >= 2.2x vs full sync", "horizon"] == "per update (mean over the run)"
+    quality = claims.loc["quality within 2% of full sync", "horizon"]
+    assert quality.startswith("equal updates: final evaluation after 6 updates; full sync plateaued")
+    equal = claims.loc["quality within 2% of full sync at equal wall-clock time"]
+    assert equal["horizon"] == "equal wall-clock: when the faster finishes (mean 6.0 s)"
+    assert equal["estimate"] == pytest.approx((0.7 / 0.6 + 0.78 / 0.65) / 2)
+    t95 = claims.loc["reaches 95% of full sync's final quality no later than full sync"]
+    assert t95["horizon"].startswith("equal wall-clock: time to 95%") and t95["n_seeds"] == 1
