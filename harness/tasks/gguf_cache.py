@@ -23,7 +23,8 @@ re-quantized file a new entry. Two processes asking at once materialise it once:
 Checked before anything is dequantized, each a one-line ConfigError naming the fix: the
 package of a ``pkg://`` path is installed, the file exists, ``gguf`` is installed, the file's
 ``general.architecture`` (read with ``gguf.GGUFReader``) is one transformers' GGUF loader
-supports, and its metadata holds a tokenizer of a type transformers can build.
+supports, and its metadata holds a tokenizer of a type transformers can build. A file that
+then lacks weights (transformers would initialise them at random, with a warning) fails too.
 
 Cost, measured: the 93 MB SmolLM2-135M Q4_1 file takes ~25 s on 2 idle cores (docs/tasks.md);
 the entry is 538 MB (fp32; bf16 would round the dequantized values).
@@ -114,10 +115,25 @@ def entry_of(value: str, key: str = "model.path") -> GgufEntry:
 
 def supported_architectures() -> list[str]:
     """``general.architecture`` values transformers' GGUF loaders turn into a model."""
-    from transformers.integrations.gguf import GGUF_ARCHS
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
+    try:                                  # transformers >= 5.2x: a second loader for newer architectures
+        from transformers.integrations.gguf import GGUF_ARCHS
+    except ImportError:
+        GGUF_ARCHS = {}
     return sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"} | set(GGUF_ARCHS))
+
+
+def tokenizer_types() -> list[str] | None:
+    """``tokenizer.ggml.model`` values transformers builds a tokenizer from (None: this version does not say)."""
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_TYPES
+    except ImportError:
+        try:
+            from transformers.integrations.ggml import GGUF_TO_FAST_CONVERTERS as GGUF_TOKENIZER_TYPES
+        except ImportError:
+            return None
+    return sorted(GGUF_TOKENIZER_TYPES)
 
 
 def read_metadata(file: Path, key: str = "model.path") -> dict[str, Any]:
@@ -149,12 +165,10 @@ def check(file: Path, key: str = "model.path") -> dict[str, Any]:
     if arch not in allowed:
         raise ConfigError(f"{key}: {str(file)!r} has general.architecture {arch!r}, which transformers' GGUF loader "
                           f"cannot dequantize; use a GGUF of {', '.join(allowed)}, or a Hugging Face folder")
-    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_TYPES
-
-    tok = meta.get("tokenizer.ggml.model")
-    if tok not in GGUF_TOKENIZER_TYPES:
+    tok, types = meta.get("tokenizer.ggml.model"), tokenizer_types()
+    if tok is None or (types is not None and tok not in types):
         raise ConfigError(f"{key}: {str(file)!r} has tokenizer.ggml.model {tok!r}; the tasks need a tokenizer in the "
-                          f"file's metadata of a type transformers builds ({', '.join(sorted(GGUF_TOKENIZER_TYPES))})")
+                          f"file's metadata of a type transformers builds ({', '.join(types or ['gpt2', 'llama'])})")
     return meta
 
 
@@ -172,7 +186,12 @@ def materialise(value: str, key: str = "model.path", progress: bool = True) -> G
         tmp = entry.path.with_name(f".tmp-{entry.path.name}-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            _write(entry, meta, tmp, progress)
+            try:
+                _write(entry, meta, tmp, progress)
+            except (ValueError, KeyError, NotImplementedError, ImportError) as err:   # the file, not our code
+                raise ConfigError(f"{key}: transformers could not load {str(entry.file)!r} "
+                                  f"({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); "
+                                  "use another GGUF or a Hugging Face folder") from None
             shutil.rmtree(entry.path, ignore_errors=True)   # a partial entry without meta.json
             os.rename(tmp, entry.path)
         finally:
@@ -198,8 +217,13 @@ def _write(entry: GgufEntry, meta: dict[str, Any], out: Path, progress: bool) ->
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
     bar.update()
     bar.set_postfix(step=steps[1])
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, local_files_only=True,
-                                                 quantization_config=GgufConfig(dequantize=True))
+    model, loading = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                          local_files_only=True, output_loading_info=True,
+                                                          quantization_config=GgufConfig(dequantize=True))
+    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
+    missing = sorted(set(loading.get("missing_keys") or ()) - tied) + sorted(loading.get("mismatched_keys") or ())
+    if missing:                                   # transformers would have drawn them at random, silently
+        raise ValueError(f"{len(missing)} weights are missing or misshapen in the file, e.g. {', '.join(map(str, missing[:3]))}")
     bar.update()
     bar.set_postfix(step=steps[2])
     if getattr(model, "hf_quantizer", None) is not None or getattr(model.config, "quantization_config", None):

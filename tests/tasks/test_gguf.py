@@ -210,15 +210,23 @@ def test_gguf_not_installed_names_the_install(files, monkeypatch):
 
 
 def _write_arch(path: Path, arch: str, tokenizer: bool = True) -> Path:
+    """A GGUF with the ``arch`` label, a one-layer shape and only an embedding table."""
     import gguf
     import numpy as np
 
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(1)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(64)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_context_length(64)
     if tokenizer:
         w.add_tokenizer_model("gpt2")
-        w.add_token_list(["a", "b"])
-    w.add_tensor("token_embd.weight", np.zeros((2, 32), dtype=np.float32))
+        w.add_token_list(["a", "b", "ab"])
+        w.add_token_merges(["a b"])
+        w.add_eos_token_id(1)
+    w.add_tensor("token_embd.weight", np.zeros((3, 32), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -241,6 +249,15 @@ def test_an_architecture_transformers_cannot_dequantize_is_named(tmp_path, monke
 def test_a_file_without_a_tokenizer_is_named(tmp_path):
     with pytest.raises(ConfigError, match="tokenizer.ggml.model None"):
         gc.check(_write_arch(tmp_path / "bare.gguf", "llama", tokenizer=False))
+
+
+def test_a_file_missing_weights_is_named_not_filled_at_random(tmp_path, monkeypatch):
+    monkeypatch.setenv("NARROWBAND_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError) as err:
+        gc.materialise(str(_write_arch(tmp_path / "bare.gguf", "llama")), progress=False)
+    line = _one_line(err)
+    assert line.startswith("model.path: transformers could not load") and "weights are missing" in line
+    assert not list((tmp_path / "cache").glob("*/meta.json")) and not list((tmp_path / "cache").glob(".tmp-*"))
 
 
 def test_the_smollm2_preset_points_at_the_wheel_without_importing_it():
