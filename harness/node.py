@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -716,6 +717,10 @@ def _config(run: Planned) -> dict:
 
 
 # ----- entry point ---------------------------------------------------------------------------------------
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.placement import node_rank
 
@@ -738,11 +743,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
     progress = bool(runs[0].cfg.progress)
+    signal.signal(signal.SIGTERM, _interrupt)        # srun / torchrun end an agent with SIGTERM: tear down in order
     with ExitStack() as stack:
         stack.callback(agent.teardown)
         stack.callback(agent.close_lines)
         if rank != 0:
-            return follow(agent, runs, progress)
+            try:
+                return follow(agent, runs, progress)
+            except KeyboardInterrupt:
+                return 130
         statuses = []
         try:
             for index, run in enumerate(runs):

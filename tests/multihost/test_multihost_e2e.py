@@ -1,0 +1,140 @@
+"""End to end across 3 stand-in hosts (namespaces on a bridge, each running python -m harness.node
+with the environment srun gives it): the same bytes and quality per seed as the one-host star,
+every shaped pair calibrated within 10%, nothing left in any host after success, a missing host,
+or a SIGKILL of one agent; bad placement input is one line and exit 2."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from multihost_hosts import in_host, stand_in_hosts
+from netem.names import list_ours
+
+ROOT = Path(__file__).resolve().parents[2]
+HILO = ("smoke_hilo", "hilo_spar")
+SPRA = ("smoke_spra", "spra")
+
+
+def _agents(hosts, args: list[str], out: Path, ranks=(0, 1, 2), **env) -> list[subprocess.Popen]:
+    """One agent per stand-in host with srun's variables (SLURM_JOB_NODELIST, SLURM_NODEID) and MASTER_ADDR."""
+    procs = []
+    for i in ranks:
+        environ = {**os.environ, "SLURM_JOB_NODELIST": "h[0-2]", "SLURM_NODEID": str(i), "PYTHONPATH": str(ROOT),
+                   "MASTER_ADDR": hosts.nodes["h0"].addr, "NARROWBAND_CONNECT_TIMEOUT_S": "180", **env}
+        log = open(out / f"agent{i}.log", "w")
+        procs.append(in_host(hosts, i, [sys.executable, "-m", "harness.node", *args, "placement.source=slurm",
+                                        f"out_dir={out / 'multi'}", "progress=false"],
+                             env=environ, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+    return procs
+
+
+def _left(procs) -> list[str]:
+    """Namespaces still owned by any of these agents (or their overlays' guards' owners)."""
+    pids = {str(p.pid) for p in procs}
+    return [n.name for n in list_ours() if n.owner in pids]
+
+
+def _run_dir(base: Path, scenario: str, variant: str) -> Path:
+    found = sorted((base / scenario).glob(f"{variant}-s0-*"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _hub(run: Path):
+    from harness.record import read_rows
+
+    rows = read_rows(run)
+    return rows, rows[rows["role"].isin(["learner", "server"])].sort_values("step")
+
+
+def test_bad_placement_is_one_line_and_exit_2(tmp_path):
+    for args, words in ((["placement.source=hostfile", f"placement.hostfile={tmp_path / 'none'}"], "cannot be read"),
+                        (["placement.source=star"], "gives one host")):
+        done = subprocess.run([sys.executable, "-m", "harness.node", "scenario=smoke_hilo", "only=[hilo_spar]", *args],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert done.returncode == 2 and words in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.emulated
+@pytest.mark.e2e
+def test_a_host_that_never_comes_is_named_and_nothing_is_built(kernel_backend, tmp_path):
+    with stand_in_hosts(3) as hosts:
+        procs = _agents(hosts, ["scenario=smoke_hilo", "only=[hilo_spar]"], tmp_path, ranks=(0, 1),
+                        NARROWBAND_CONNECT_TIMEOUT_S="60")   # agent 1 plans as slowly as agent 0 does
+        seen: set[str] = set()
+        while any(p.poll() is None for p in procs):
+            seen |= {n.name for n in list_ours() if n.owner in {str(p.pid) for p in procs} and n.role != "caps"}
+            time.sleep(0.2)
+        assert [p.returncode for p in procs] == [2, 2]
+        for i in (0, 1):
+            text = (tmp_path / f"agent{i}.log").read_text()
+            assert "host h2: its agent did not connect" in text, text
+        assert seen == set() and _left(procs) == []
+
+
+@pytest.mark.emulated
+@pytest.mark.e2e
+def test_three_hosts_give_the_star_bytes_and_quality_and_leave_nothing(kernel_backend, tmp_path):
+    for scenario, variant in (HILO, SPRA):
+        star = subprocess.run([sys.executable, "-m", "harness", f"scenario={scenario}", f"only=[{variant}]",
+                               f"out_dir={tmp_path / 'star'}", "progress=false"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=600)
+        assert star.returncode == 0, star.stdout[-2000:] + star.stderr[-2000:]
+        with stand_in_hosts(3) as hosts:
+            procs = _agents(hosts, [f"scenario={scenario}", f"only=[{variant}]"], tmp_path)
+            codes = [p.wait(timeout=900) for p in procs]
+            assert codes == [0, 0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+            assert _left(procs) == []
+        one, many = _run_dir(tmp_path / "star", scenario, variant), _run_dir(tmp_path / "multi", scenario, variant)
+        meta = json.loads((many / "run.json").read_text())
+        assert meta["status"] == "ok" and meta["multihost"] and [h["name"] for h in meta["placement"]["hosts"]] == ["h0", "h1", "h2"]
+        roles = len(meta["placement"]["roles"])
+        assert len(meta["calibration"]) == 2 * (roles - 1)                       # hub <-> each node, both ways
+        assert all(abs(c["ratio"] - 1) <= 0.10 for c in meta["calibration"]), meta["calibration"]
+        (rows1, hub1), (rowsn, hubn) = _hub(one), _hub(many)
+        assert set(rowsn["host"]) == {"h0", "h1", "h2"} and set(rows1["host"]) == {"local"}
+        quality = [c for c in ("accuracy", "reverse_kl", "eval_loss") if c in hub1 and hub1[c].notna().any()]
+        assert quality and [hub1[c].dropna().iloc[-1] for c in quality] == [hubn[c].dropna().iloc[-1] for c in quality]
+        if scenario == "smoke_hilo":      # the compressed update each worker receives
+            assert list(hub1["payload_bytes_down"].dropna()) == list(hubn["payload_bytes_down"].dropna())
+        else:                             # the clients' tensors; their frames carry timings (a few bytes vary)
+            key = ["role", "step"]
+            a = rows1[rows1["role"] != "server"].sort_values(key)
+            b = rowsn[rowsn["role"] != "server"].sort_values(key)
+            assert list(a["tensor_bytes_up"]) == list(b["tensor_bytes_up"])
+            assert (abs(a["payload_bytes_up"].to_numpy() - b["payload_bytes_up"].to_numpy()) <= 16).all()
+
+
+@pytest.mark.emulated
+@pytest.mark.e2e
+def test_a_sigkilled_agent_fails_the_run_everywhere_and_nothing_is_left(kernel_backend, tmp_path):
+    with stand_in_hosts(3) as hosts:
+        procs = _agents(hosts, ["scenario=smoke_hilo", "only=[hilo_spar]", "onpolicy.steps=60"], tmp_path)
+        try:
+            deadline = time.monotonic() + 600
+            rows = tmp_path / "multi" / "smoke_hilo"
+            while time.monotonic() < deadline and not list(rows.glob("hilo_spar-s0-*/rows/worker1-*.parquet")):
+                assert all(p.poll() is None for p in procs), (tmp_path / "agent0.log").read_text()[-3000:]
+                time.sleep(0.5)
+            os.kill(procs[2].pid, signal.SIGKILL)                # h2's agent, mid-run
+            codes = [p.wait(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        assert codes[0] == 1 and codes[1] == 1 and codes[2] == -signal.SIGKILL
+        deadline = time.monotonic() + 30                         # h2's guard removes what its agent left
+        while time.monotonic() < deadline and _left(procs):
+            time.sleep(0.2)
+        assert _left(procs) == []
+        meta = json.loads((_run_dir(tmp_path / "multi", "smoke_hilo", "hilo_spar") / "run.json").read_text())
+        assert meta["status"] == "failed" and "h2" in meta["reason"], meta["reason"]
