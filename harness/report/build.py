@@ -18,12 +18,13 @@ from harness.report.metrics import federated_curves, onpolicy_curves
 from harness.report.phases import plot_phases
 from harness.report.summary import claim_text, short_reason, write_summary
 from harness.report.tables import Tables, build_tables, write_tables
+from harness.report.twins import borrow_quality
 
 
 def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool = False) -> P.PlotLog:
     """Every figure that the collected results allow; the log says what was skipped and why."""
     log = P.PlotLog()
-    op, fed = onpolicy_curves(coll.rows), federated_curves(coll.rows)
+    op, fed = borrow_quality(onpolicy_curves(coll.rows), coll.rows), federated_curves(coll.rows)
     steps = [
         ("quality vs bytes", lambda: P.plot_quality_vs_bytes(op, plots_dir, log)),
         ("quality vs time", lambda: P.plot_quality_vs_time(op, plots_dir, log)),
@@ -31,8 +32,9 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
         ("frontier", lambda: P.plot_frontier(tables.hilo, plots_dir, log)),
         ("bytes vs rank", lambda: P.plot_bytes_vs_rank(tables.hilo, plots_dir, log)),
         ("spar ranks", lambda: P.plot_spar_ranks(coll.rows, plots_dir, log)),
-        ("federated vs rounds", lambda: P.plot_federated_rounds(fed, plots_dir, log)),
-        ("federated vs uplink", lambda: P.plot_federated_uplink(fed, plots_dir, log)),
+        ("federated vs rounds", lambda: P.plot_federated_rounds(fed, plots_dir, log, tables.spra)),
+        ("federated vs uplink", lambda: P.plot_federated_uplink(fed, plots_dir, log, tables.spra)),
+        ("federated ablations", lambda: P.plot_federated_ablations(fed, plots_dir, log, tables.spra)),
         ("snr vs rank", lambda: P.plot_snr(tables.snr, plots_dir, log)),
         ("phases", lambda: plot_phases(tables.hilo_runs, plots_dir, log)),
     ]
@@ -42,7 +44,7 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
 
 
 KINDS = ("quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "frontier", "bytes_vs_rank", "spar_ranks",
-         "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "snr_vs_rank", "phases")
+         "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "fed_ablations", "snr_vs_rank", "phases")
 
 
 def prune_stale(plots_dir: Path, made: list[Path]) -> list[Path]:

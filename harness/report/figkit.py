@@ -13,16 +13,97 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, PercentFormatter
 
 from harness.report.stats import summarize
-from harness.report.style import METHOD_ORDER, series_styles
+from harness.report.style import METHOD_ORDER, save, series_styles
 
 QUALITY_LABELS = {"accuracy": "Held-out accuracy", "reward": "Mean reward"}
 
 
 @dataclass
+class FigureText:
+    """The words a drawn figure shows (read from its matplotlib objects before it is saved):
+    panel titles, axis labels, and each legend entry with its colour, marker and line style."""
+    titles: list[str] = field(default_factory=list)
+    xlabels: list[str] = field(default_factory=list)
+    ylabels: list[str] = field(default_factory=list)
+    legend: list[str] = field(default_factory=list)
+    entries: list[dict] = field(default_factory=list)   # {"label", "color", "marker", "linestyle"}
+    panels: list[tuple[str, dict[str, int]]] = field(default_factory=list)   # (title, {series: points drawn})
+
+
+@dataclass
 class Figure:
+    """One written figure: its file stem, caption, PNG and PDF paths, the claim it carries
+    (``carries``: empty for an appendix figure) and the words it shows."""
     name: str
     caption: str
     paths: list[Path]
+    carries: str = ""
+    text: FigureText | None = None
+
+
+def _entry(handle, text: str) -> dict:
+    """Colour, marker and line style of a plotted handle (a line, an errorbar, bars, a scatter)."""
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    if hasattr(handle, "lines") and handle.lines:          # ErrorbarContainer: (data line, caps, bars)
+        handle = handle.lines[0]
+    elif hasattr(handle, "patches") and handle.patches:    # BarContainer
+        handle = handle.patches[0]
+    colour = None
+    for getter in ("get_color", "get_facecolor", "get_edgecolor"):
+        if hasattr(handle, getter):
+            value = np.asarray(getattr(handle, getter)(), dtype=object)
+            value = value[0] if value.ndim == 2 and len(value) else value
+            try:
+                colour = to_hex(tuple(value) if value.ndim else value.item())
+                break
+            except (ValueError, TypeError):
+                continue
+    marker = handle.get_marker() if hasattr(handle, "get_marker") else ""
+    style = handle.get_linestyle() if hasattr(handle, "get_linestyle") else ""
+    return {"label": text, "color": colour, "marker": str(marker), "linestyle": str(style)}
+
+
+def describe(fig) -> FigureText:
+    """The words of ``fig``: titles (panels and suptitle), axis labels, legend texts (figure and axes
+    legends), each legend entry with the colour, marker and line style of what it labels."""
+    out = FigureText()
+    if fig._suptitle is not None and fig._suptitle.get_text():
+        out.titles.append(fig._suptitle.get_text())
+    sup_x = fig._supxlabel.get_text() if getattr(fig, "_supxlabel", None) is not None else ""
+    if sup_x:
+        out.xlabels.append(sup_x)
+    legends, drawn = list(fig.legends), {}
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>":
+            out.ylabels += [t for t in (ax.get_ylabel(),) if t]
+            continue
+        out.titles += [t for t in (ax.get_title(),) if t]
+        out.xlabels += [t for t in (ax.get_xlabel(),) if t]
+        out.ylabels += [t for t in (ax.get_ylabel(),) if t]
+        if ax.get_legend() is not None:
+            legends.append(ax.get_legend())
+        points = {}
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            drawn.setdefault(lab, h)
+            line = h.lines[0] if hasattr(h, "lines") and h.lines else h
+            if hasattr(line, "get_xdata"):
+                points[lab] = len(line.get_xdata())
+        out.panels.append((ax.get_title(), points))
+    for leg in legends:
+        for proxy, text in zip(leg.legend_handles, leg.get_texts()):
+            out.legend.append(text.get_text())
+            out.entries.append(_entry(drawn.get(text.get_text(), proxy), text.get_text()))
+    return out
+
+
+def finish(log: "PlotLog", fig, out_dir: Path, name: str, caption: str, carries: str = "") -> Figure:
+    """Read the figure's words, write its PNG and PDF (closing it) and log it."""
+    made = Figure(name, caption, [], carries, describe(fig))
+    made.paths = save(fig, out_dir, name)
+    log.made.append(made)
+    return made
 
 
 @dataclass
@@ -38,23 +119,32 @@ class PlotLog:
         return [p for f in self.made for p in f.paths]
 
 
-def with_series(frame: pd.DataFrame, keys: list[str], text: Callable, fam: Callable) -> pd.DataFrame:
+def with_series(frame: pd.DataFrame, keys: list[str], text: Callable, fam: Callable,
+                within: list[str] | None = None) -> pd.DataFrame:
     """Add ``series`` (legend text, one per distinct ``keys``), ``family`` (colour) and ``order``.
 
-    Configurations that would share a legend text get their variant name added (except
-    the one whose variant is named after its method: the canonical run); series
-    are ordered baselines first (style.ORDER), then by name.
+    ``text`` gives the words (style.series_label); a series is the same configuration in
+    every panel, so the keys should not hold the panel's link. Configurations that would share
+    a legend text within one panel (``within``: the panel's columns; the whole frame when None)
+    get their variant name added, a last resort when the words do not tell them apart (except
+    the one whose variant is named after its method: the canonical run); series are ordered
+    baselines first (style.ORDER), then by name.
     """
     frame = frame.copy()
     ident = pd.Series(["|".join(map(str, t)) for t in frame[keys].itertuples(index=False)], index=frame.index)
     first = frame.loc[~ident.duplicated()]
     names = {i: text(r) for i, r in zip(ident[first.index], first.itertuples(index=False))}
-    clash = pd.Series(list(names.values())).value_counts()
+    panel = (pd.Series(["|".join(map(str, t)) for t in frame[within].itertuples(index=False)], index=frame.index)
+             if within else pd.Series("", index=frame.index))
+    shared = pd.DataFrame({"ident": ident, "panel": panel}).drop_duplicates()
+    shared["name"] = shared["ident"].map(names)
+    clashing = set(shared.loc[shared.duplicated(["panel", "name"], keep=False), "name"])
     methods = dict(zip(ident[first.index], first["method"]))
-    names = {i: (n + f" [{v}]" if clash[n] > 1 and v != methods[i] else n)
-             for (i, n), v in zip(names.items(), first["variant"])}
+    variants = dict(zip(ident[first.index], first["variant"]))
+    names = {i: (n + f" [{variants[i]}]" if n in clashing and variants[i] != methods[i] else n)
+             for i, n in names.items()}
     clash = pd.Series(list(names.values())).value_counts()
-    if (clash > 1).any():   # still ambiguous: every series of a shared text names its keys
+    if within is None and (clash > 1).any():   # still ambiguous: every series of a shared text names its keys
         names = {i: (n + f" [{i}]" if clash[n] > 1 else n) for i, n in names.items()}
     frame["series"] = ident.map(names)
     frame["family"] = [fam(r) for r in frame.itertuples(index=False)]
@@ -86,13 +176,25 @@ def seed_mean(curve: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "x", "y", "lo", "hi", "n"])
 
 
-def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float, styles: dict, positive_x: bool = False) -> None:
-    """One line per series: mean over seeds at each evaluated step, a 95% t-interval band when seeds > 1."""
+BOUNDS = {"accuracy": (0.0, 1.0)}   # a band never leaves the metric's range (few seeds give wide t-intervals)
+
+
+def draw_series(ax, frame: pd.DataFrame, x: str, y: str, scale: float, styles: dict, positive_x: bool = False,
+                bounds: tuple[float, float] | None = None) -> None:
+    """One line per series: mean over seeds at each evaluated step, a 95% t-interval band when seeds > 1
+    (clipped to ``bounds``, the metric's range); a series evaluated once is a point with its interval."""
     for name, series in in_order(frame):
         st = styles[name]
         pts = seed_mean(series, x, y)
         if positive_x:
             pts = pts[pts["x"] > 0]
+        if bounds is not None:
+            pts = pts.assign(lo=pts["lo"].clip(*bounds), hi=pts["hi"].clip(*bounds))
+        if len(pts) == 1:   # one evaluation (a time-only run): a point with its interval, not a curve
+            lo, hi = pts["lo"].fillna(pts["y"]), pts["hi"].fillna(pts["y"])
+            ax.errorbar(pts["x"] / scale, pts["y"], yerr=[pts["y"] - lo, hi - pts["y"]], label=name, capsize=1.5,
+                        elinewidth=0.6, **st)
+            continue
         ax.plot(pts["x"] / scale, pts["y"], label=name, markevery=max(1, len(pts) // 6), **st)
         if series["seed"].nunique() > 1 and pts["lo"].notna().any():
             ax.fill_between(pts["x"] / scale, pts["lo"], pts["hi"], color=st["color"], alpha=0.15, lw=0)
@@ -108,8 +210,11 @@ def error_bars(frame: pd.DataFrame, column: str, scale: float = 1.0) -> tuple | 
             (frame[hi] * scale - mean).fillna(0).clip(lower=0).to_numpy())
 
 
-def legend(fig, axes: list, extra_ok: int = 3) -> None:
-    """In the axes when one panel has at most ``extra_ok`` entries; else one legend above the figure."""
+def legend(fig, axes: list, extra_ok: int = 3, order: list[str] | None = None) -> None:
+    """In the axes when one panel has at most ``extra_ok`` entries; else one legend above the figure.
+
+    Entries in ``order`` (the series' order: baselines first) come first, in that order, whichever
+    panel drew them first; the rest (reference lines) keep the order they were drawn in."""
     handles, labels = {}, []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -118,6 +223,9 @@ def legend(fig, axes: list, extra_ok: int = 3) -> None:
                 labels.append(lab)
     if not labels:
         return
+    if order:
+        rank = {name: i for i, name in enumerate(order)}
+        labels = sorted(labels, key=lambda lab: (rank.get(lab, -1), labels.index(lab)))
     if len(axes) == 1 and len(labels) <= extra_ok:
         axes[0].legend(loc="best")
         return

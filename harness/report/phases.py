@@ -17,13 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report.figkit import Figure, PlotLog, legend, xlabel
+from harness.report.figkit import PlotLog, finish, legend, xlabel
 from harness.report.metrics import PHASES
-from harness.report.style import figure, label, save, slug, styled
+from harness.report.style import PHASE_COLOURS, figure, link_order, link_text, series_label, slug, styled
 
 NAMES = {"rollout_s": "rollout", "transfer_up_s": "uplink", "learn_s": "learn", "encode_s": "encode",
          "transfer_down_s": "downlink", "apply_s": "apply", "ack_s": "ack"}
-COLORS = ("#4c72b0", "#8172b2", "#55a868", "#dd8452", "#c44e52", "#937860", "#8c8c8c")
 MAX_PANELS = 4
 
 
@@ -33,8 +32,10 @@ def phase_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty or not set(cols) <= set(runs.columns):
         return pd.DataFrame()
     runs = runs[runs["phase_update_s"].notna()]
-    runs = runs.assign(trace=runs["trace"] if "trace" in runs else float("nan"))
-    keys = ["scenario", "backend", "task", "rate_mbit", "trace", "variant", "method", "compressor", "rank", "ref_rank"]
+    runs = runs.assign(trace=runs["trace"] if "trace" in runs else float("nan"),
+                       budget_frac=runs["budget_frac"] if "budget_frac" in runs else float("nan"))
+    keys = ["scenario", "backend", "task", "rate_mbit", "trace", "variant", "method", "compressor", "rank", "ref_rank",
+            "budget_frac"]
     table = runs.groupby(keys, dropna=False, sort=True).agg(
         **{c: (c, "mean") for c in cols}, staleness=("staleness", "max"), seeds=("run_id", "count")).reset_index()
     table["efficiency"] = table["phase_bound_s"] / table["phase_update_s"]
@@ -47,9 +48,9 @@ def plot_phases(runs: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
         log.skip("phases", "no on-policy run recorded its phases (bound_s)")
         return
     for (scenario, backend, task), group in table.groupby(["scenario", "backend", "task"], sort=True):
-        group = group.assign(link=[f"{r:.3g} Mbit/s" if not isinstance(t, str) or not t else f"{t} trace (mean {r:.3g} Mbit/s)"
-                                   for r, t in zip(group["rate_mbit"], group["trace"])])
-        rates = list(dict.fromkeys(group.sort_values("rate_mbit")["link"]))[:MAX_PANELS]
+        group = group.assign(link=[link_text(r, t) for r, t in zip(group["rate_mbit"], group["trace"])],
+                             link_order=[link_order(r, t) for r, t in zip(group["rate_mbit"], group["trace"])])
+        rates = list(dict.fromkeys(group.sort_values("link_order")["link"]))[:MAX_PANELS]
         if not rates:
             continue
         with styled():
@@ -67,20 +68,31 @@ def plot_phases(runs: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
                        "black tick: measured update; white diamond: the ideal bound (rollout + learn + both "
                        "transfers at bytes×8/rate + latency). HiLo's replay overlaps the downlink (not stacked); in "
                        f"the overlap mode (staleness 1) the rollout overlaps learn and the downlink. Seeds per bar: {seeds}.")
-            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+            finish(log, fig, out_dir, name, caption)
+
+
+def bar_labels(rows: pd.DataFrame) -> list[str]:
+    """One bar's name in words, on two lines where long ('HiLo + Spar,\n0.5% budget'); the variant
+    name is added only when two bars of a panel would read the same."""
+    words = [series_label(m, c, rank=r, ref_rank=rr, budget=b, staleness=k)
+             for m, c, r, rr, b, k in zip(rows["method"], rows["compressor"], rows["rank"], rows["ref_rank"],
+                                          rows["budget_frac"], rows["staleness"])]
+    same = pd.Series(words).duplicated(keep=False).to_numpy()
+    words = [w + f" [{v}]" if dup else w for w, v, dup in zip(words, rows["variant"], same)]
+    return [w.replace(", ", ",\n", 1) if len(w) > 18 else w for w in words]
 
 
 def _panel(ax, rows: pd.DataFrame) -> None:
     ys = np.arange(len(rows))
     left = np.zeros(len(rows))
-    for phase, color in zip(PHASES, COLORS):
+    for phase in PHASES:
+        color = PHASE_COLOURS[phase]
         width = rows[f"phase_{phase}"].fillna(0).to_numpy()
         ax.barh(ys, width, left=left, color=color, height=0.7, label=NAMES[phase])
         left += width
     ax.scatter(rows["phase_update_s"], ys, marker="|", s=220, color="black", linewidths=1.6, label="update", zorder=3)
     ax.scatter(rows["phase_bound_s"], ys, marker="D", s=22, facecolor="white", edgecolor="black", label="bound",
                zorder=4)
-    names = [label(m, c) + (f" (k={int(k)})" if pd.notna(k) and k else "") + f"\n{v}"
-             for m, c, k, v in zip(rows["method"], rows["compressor"], rows["staleness"], rows["variant"])]
+    names = bar_labels(rows)
     ax.set_yticks(ys, names, fontsize=6)
     ax.invert_yaxis()

@@ -18,18 +18,45 @@ import pandas as pd
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.ticker import MaxNLocator
 
-from harness.report.figkit import (QUALITY_LABELS, Figure, PlotLog, dodge, draw_series, error_bars, in_order,
+from harness.report.figkit import (BOUNDS, QUALITY_LABELS, PlotLog, dodge, draw_series, error_bars, finish, in_order,
                                    legend, log_axis, quality_axis, styles_of, with_series, xlabel)
+from harness.report.figkit import Figure  # noqa: F401  (re-exported: plots.Figure)
 from harness.report.metrics import constant_links, synchronous
-from harness.report.style import family, figure, label, save, slug, styled
+from harness.report.style import (METHOD_COLOURS, SERIES_COLOURS, budget_text, family, figure, label, link_order, link_text, slug,
+                                  series_label, styled, trace_text)
+from harness.report.twins import borrowed_note
 
 
 MAX_PANELS = 4
 SERIES_KEYS = ["variant", "method", "compressor", "rank", "ref_rank", "budget_frac"]
+CONFIG_KEYS = ["method", "compressor", "rank", "ref_rank", "budget_frac", "staleness", "sync_dtype"]  # a series
 MODULE_ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+CARRIES = {   # the claim each main figure carries (summary.md shows these first; the rest go to the appendix)
+    "quality_vs_time": "HiLo: quality within 2% of full sync, and the wall-clock each link costs to reach it",
+    "speedup_vs_rate": "HiLo: update speedup >= 2.2x vs full sync, at every link rate",
+    "frontier": "HiLo: bytes per update <= 1.6% of full sync with quality within 2% (vs low-rank at equal bytes)",
+    "fed_accuracy_vs_uplink": "SPRA-LoRA: uplink <= 50% of FedIT with higher final accuracy than every baseline",
+}
 
 __all__ = ["Figure", "PlotLog", "plot_frontier", "plot_quality_vs_bytes", "plot_quality_vs_time", "plot_speedup_vs_rate",
-           "plot_bytes_vs_rank", "plot_spar_ranks", "plot_federated_rounds", "plot_federated_uplink", "plot_snr"]
+           "plot_bytes_vs_rank", "plot_spar_ranks", "plot_federated_rounds", "plot_federated_uplink",
+           "plot_federated_ablations", "plot_snr"]
+
+
+def _value(row, name: str, default=None):
+    return getattr(row, name, default)
+
+
+def _config_text(multi_ref: bool, show_budget: bool = True):
+    """Legend text in words (style.series_label); the rank is named when it differs from the
+    scenario's, or for every series when the training ranks vary."""
+    def text(row) -> str:
+        rank_ref = None if multi_ref else _value(row, "ref_rank")
+        name = series_label(row.method, row.compressor, rank=_value(row, "rank"), ref_rank=rank_ref,
+                            budget=_value(row, "budget_frac"), staleness=_value(row, "staleness"),
+                            show_budget=show_budget)
+        return name + (f", r={int(row.rank)}" if multi_ref else "")
+    return text
 
 
 def _onpolicy_text(multi_ref: bool):
@@ -45,8 +72,46 @@ def _onpolicy_family(row) -> str:
     return family(row.method, row.compressor)
 
 
-def _same_rate(frame: pd.DataFrame, rate: float) -> pd.DataFrame:
-    return frame[frame["rate_mbit"].isna()] if np.isnan(rate) else frame[frame["rate_mbit"] == rate]
+def with_links(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add ``link`` (the panel title: '10 Mbit/s', 'LTE-like trace, mean 4.8 Mbit/s') and ``link_order``."""
+    trace = frame["trace"] if "trace" in frame else pd.Series([None] * len(frame), index=frame.index)
+    return frame.assign(link=[link_text(r, t) for r, t in zip(frame["rate_mbit"], trace)],
+                        link_order=[link_order(r, t) for r, t in zip(frame["rate_mbit"], trace)])
+
+
+def main_budget(frame: pd.DataFrame) -> float:
+    """The byte budget most compressed configurations share (the scenario's; NaN when none is set)."""
+    if "budget_frac" not in frame:
+        return float("nan")
+    per_variant = frame.drop_duplicates(["variant"])["budget_frac"].dropna()
+    if per_variant.empty:
+        return float("nan")
+    counts = per_variant.round(6).value_counts()
+    return float(counts[counts == counts.max()].index.min() if len(counts) else np.nan)
+
+
+def headline(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[float]]:
+    """The configurations a curve figure draws: every method at the main budget (and unbudgeted
+    ones); returns them and the other budgets left to the frontier figure."""
+    main = main_budget(frame)
+    if "budget_frac" not in frame or np.isnan(main):
+        return frame, []
+    budget = frame["budget_frac"].round(6)
+    keep = budget.isna() | (budget == round(main, 6))
+    return frame[keep], sorted(set(frame.loc[~keep, "budget_frac"].dropna().round(6)))
+
+
+def config_keys(frame: pd.DataFrame, within: list[str]) -> list[str]:
+    """A series' keys: the configuration (CONFIG_KEYS), plus the variant name wherever two variants
+    of one configuration share a panel (they differ in something the keys do not hold)."""
+    keys = [k for k in CONFIG_KEYS if k in frame]
+    by = list(dict.fromkeys(keys + within))
+    probe = frame[by + ["variant"]].astype(str)
+    return keys + (["variant"] if (probe.groupby(by)["variant"].nunique() > 1).any() else [])
+
+
+def _panels(group: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(group.sort_values("link_order")["link"]))[:MAX_PANELS]
 
 
 def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str, xtext: str,
@@ -55,25 +120,30 @@ def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x
         log.skip(kind, "no on-policy run recorded a quality metric")
         return
     for (scenario, backend, task), group in curves.groupby(["scenario", "backend", "task"], sort=True):
-        group = group.dropna(subset=["quality"])
-        group = with_series(group, SERIES_KEYS, _onpolicy_text(group["ref_rank"].nunique() > 1), _onpolicy_family)
-        rates = sorted(group["rate_mbit"].unique(), key=lambda r: (np.isnan(r), r))[:MAX_PANELS]
+        group, other_budgets = headline(with_links(group.dropna(subset=["quality"])))
+        group = with_series(group, config_keys(group, ["link"]), _config_text(group["ref_rank"].nunique() > 1),
+                            _onpolicy_family, within=["link"])
+        links = _panels(group)
         styles, metric = styles_of(group), group["quality_metric"].iloc[0]
         with styled():
-            fig, axes = figure(len(rates))
-            for ax, rate in zip(axes, rates):
-                draw_series(ax, _same_rate(group, rate), x, "quality", scale, styles, positive_x=logx)
+            fig, axes = figure(len(links))
+            for ax, link in zip(axes, links):
+                draw_series(ax, group[group["link"] == link], x, "quality", scale, styles, positive_x=logx,
+                            bounds=BOUNDS.get(metric))
                 if logx:
                     log_axis(ax, "x")
-                ax.set_title("unshaped" if np.isnan(rate) else f"{rate:g} Mbit/s")
+                ax.set_title(link)
             xlabel(fig, axes, xtext)
             quality_axis(axes[0], metric)
-            legend(fig, axes)
+            legend(fig, axes, order=list(styles))
             name = slug(kind, scenario, backend, task)
+            others = (f" Other budgets ({', '.join(budget_text(b) for b in other_budgets)}): the frontier figure."
+                      if other_budgets else "")
             caption = (f"{QUALITY_LABELS.get(metric, metric)} vs {what}, task {task}; scenario {scenario}, "
-                       f"backend {backend}; one panel per link rate; mean over seeds "
-                       f"(band: 95% t-interval; seeds per series: {_seed_counts(group)}).")
-            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+                       f"backend {backend}; one panel per link; mean over seeds at each evaluation "
+                       f"(band: 95% t-interval; seeds per series: {_seed_counts(group)})." + others
+                       + borrowed_note(group))
+            finish(log, fig, out_dir, name, caption, CARRIES.get(kind, ""))
 
 
 def plot_quality_vs_bytes(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
@@ -89,7 +159,12 @@ def plot_quality_vs_time(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> N
 
 
 def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
-    """Update speedup over full sync vs link rate (log x); one panel per training rank."""
+    """Update speedup over full sync vs link rate (log x); one panel per training rank.
+
+    One line per configuration across its constant-link rates (the variants that name a rate,
+    hilo_spar_10mbit and hilo_spar_100mbit, are one line); a configuration on a link trace is
+    its own series, hollow, at the trace's mean rate; other budgets than the main one: the frontier.
+    """
     data = hilo[(hilo["method"] != "full_sync") & hilo["speedup"].notna()] if len(hilo) else hilo
     if data.empty:
         log.skip("speedup_vs_rate", "no configuration has a full-sync baseline at its rate")
@@ -98,7 +173,14 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
         if group["rate_mbit"].nunique() < 2:
             log.skip(f"speedup_vs_rate {scenario}/{backend}/{task}", "fewer than two link rates")
             continue
-        group = with_series(group, SERIES_KEYS, _onpolicy_text(False), _onpolicy_family)
+        group, other_budgets = headline(group)
+        trace = group["trace"] if "trace" in group else pd.Series([None] * len(group), index=group.index)
+        group = group.assign(on_trace=[trace_text(t) if isinstance(t, str) and t not in ("", "nan") else ""
+                                       for t in trace])
+        words = _config_text(False)
+        text = lambda r: words(r) + (f", on the {r.on_trace} (at its mean rate)" if r.on_trace else "")  # noqa: E731
+        group = with_series(group, config_keys(group, ["ref_rank", "rate_mbit", "on_trace"]) + ["on_trace"], text,
+                            _onpolicy_family, within=["ref_rank", "rate_mbit"])
         refs = sorted(group["ref_rank"].unique())[:MAX_PANELS]
         styles = styles_of(group)
         with styled():
@@ -106,9 +188,12 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
             for ax, ref in zip(axes, refs):
                 for name, series in in_order(group[group["ref_rank"] == ref]):
                     series = series.sort_values("rate_mbit")
+                    st = dict(styles[name])
+                    if series["on_trace"].iloc[0]:
+                        st.update(markerfacecolor="white", linestyle="none")
                     ax.errorbar(series["rate_mbit"], series["speedup"], yerr=error_bars(series, "speedup"),
-                                label=name, capsize=1.5, elinewidth=0.6, **styles[name])
-                ax.axhline(1.0, color="0.4", lw=0.8, ls="--", label="full sync (1×)")
+                                label=name, capsize=1.5, elinewidth=0.6, **st)
+                ax.axhline(1.0, color=METHOD_COLOURS["full_sync"], lw=0.8, ls="--", label="full sync (1×)")
                 log_axis(ax, "x")
                 if len(refs) > 1:
                     ax.set_title(f"training rank r = {int(ref)}")
@@ -116,11 +201,14 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
             axes[0].set_ylabel("Update speedup vs full sync (×)")
             legend(fig, axes)
             name = slug("speedup_vs_rate", scenario, backend, task)
-            caption = (f"End-to-end update speedup over full sync at the same link rate, task {task}; "
-                       f"scenario {scenario}, backend {backend}. Above 1: faster than full sync. Per-seed "
+            others = (f" Other budgets ({', '.join(budget_text(b) for b in other_budgets)}): tables/hilo.csv."
+                      if other_budgets else "")
+            caption = (f"End-to-end update speedup over full sync at the same link, task {task}; "
+                       f"scenario {scenario}, backend {backend}. Above 1: faster than full sync; hollow: on a link "
+                       "trace, against full sync on the same trace, at the trace's mean rate. Per-seed "
                        "speedups (paired runs), mean with 95% t-interval error bars; seeds per point: "
-                       f"{', '.join(sorted(set(str(int(n)) for n in group['seeds'])))}.")
-            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+                       f"{', '.join(sorted(set(str(int(n)) for n in group['seeds'])))}." + others)
+            finish(log, fig, out_dir, name, caption, CARRIES["speedup_vs_rate"])
 
 
 def _seed_counts(curves: pd.DataFrame) -> str:
@@ -170,14 +258,13 @@ def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
                            f"{g['rate_mbit'].min():g} Mbit/s; task {task}, scenario {scenario}, backend {backend}. "
                            "Error bars: 95% t-interval over seeds (seeds per point: "
                            f"{', '.join(sorted(set(str(int(n)) for n in g['seeds'])))}).")
-                log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+                finish(log, fig, out_dir, name, caption, CARRIES["frontier"])
 
 
 def _bytes_text(budgets: int):
-    """Legend text; the byte budget is named only when several budgets are drawn."""
+    """Legend text in words; the byte budget is named only when several budgets are drawn."""
     def text(row) -> str:
-        budget = f" ({row.budget_frac:.1%})" if budgets > 1 and row.budget_frac == row.budget_frac else ""
-        return label(row.method, row.compressor) + budget
+        return series_label(row.method, row.compressor, budget=row.budget_frac, show_budget=budgets > 1)
     return text
 
 
@@ -201,7 +288,7 @@ def plot_bytes_vs_rank(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
             ranks = np.array(sorted(group["rank"].unique()), dtype=float)
             if group["ref_rank"].nunique() == 1:
                 ref = float(group["ref_rank"].iloc[0])
-                ax.plot(ranks, 100 * ranks / ref, color="0.6", lw=0.8, ls=":", marker="",
+                ax.plot(ranks, 100 * ranks / ref, color=METHOD_COLOURS["full_sync"], lw=0.8, ls=":", marker="",
                         label="full sync at rank r (∝ r)")
             mean["x"] = dodge(list(mean["rank"]), list(mean["bytes_frac"]))
             for name, series in in_order(mean):
@@ -220,7 +307,7 @@ def plot_bytes_vs_rank(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
                        "sideways); dotted: the reference full sync's bytes scaled to rank r; "
                        + (f"compression budget {', '.join(f'{b:.1%}' for b in budgets)}; " if budgets else "")
                        + f"task {task}, scenario {scenario}, backend {backend}; mean over link rates.")
-            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+            finish(log, fig, out_dir, name, caption)
 
 
 _SHORT = re.compile(r"layers?\.(\d+)\.(?:.*\.)?([A-Za-z0-9_]+)\.lora_([AB])")
@@ -303,13 +390,75 @@ def plot_spar_ranks(rows: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
             bar = fig.colorbar(image, ax=ax, pad=0.02, ticks=MaxNLocator(integer=True, nbins=min(kmax + 1, 8)))
             bar.set_label("Allocated rank k (0: not sent)")
             name = slug("spar_ranks", scenario, backend, first["variant"])
+            trace = first["trace"] if "trace" in first else None
             caption = (f"Spar's rank per gradient matrix over updates (grey: not sent), run {first['run_id']} "
-                       f"({first['rate_mbit']:g} Mbit/s); scenario {scenario}, backend {backend}.")
-            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+                       f"({link_text(first['rate_mbit'], trace)}); scenario {scenario}, backend {backend}.")
+            finish(log, fig, out_dir, name, caption)
+
+
+FED_ATTRS = ["optimizer", "lr_rule", "a_variance", "resample_every", "ranks", "trace"]   # what an ablation changes
+LR_RULES = {"linear": "rank-aware lr", "const": "constant lr", "sqrt": "square-root lr"}
+A_VARIANCE = {"rank": "A's variance 1/r", "ref": "A's variance 1/r_ref"}
+
+
+def _attr_words(name: str, value) -> str:
+    if name == "optimizer":
+        return {"adamw": "AdamW", "sgd": "SGD"}.get(str(value), str(value))
+    if name == "lr_rule":
+        return LR_RULES.get(str(value), f"{value} lr")
+    if name == "a_variance":
+        return A_VARIANCE.get(str(value), f"A's variance {value}")
+    if name == "resample_every":
+        return "A never resampled" if int(float(value)) == 0 else f"A resampled every {int(float(value))} rounds"
+    if name == "ranks":
+        ranks = [r for r in str(value).replace(" ", "").split(",") if r]
+        return f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {value}"
+    if name == "trace":
+        return f"on the {trace_text(str(value))}"
+    return f"{name} {value}"
+
+
+def federated_labels(group: pd.DataFrame, configs: pd.DataFrame | None) -> dict[str, str]:
+    """Legend text per variant in words: the method ('SPRA'), and for an ablation what it changes
+    from the method's own variant (the one named after the method): 'SPRA, constant lr'."""
+    variants = group.drop_duplicates("variant").set_index("variant")
+    attrs = pd.DataFrame(index=variants.index)
+    if configs is not None and len(configs):
+        found = configs.drop_duplicates("variant").set_index("variant")
+        for a in FED_ATTRS:
+            if a in found:
+                attrs[a] = found[a].reindex(attrs.index)
+    for a in ("ranks", "trace"):
+        if a in variants and (a not in attrs or attrs[a].isna().all()):
+            attrs[a] = variants[a]
+    out = {}
+    for v, row in variants.iterrows():
+        base = label(row["method"])
+        ref = attrs.loc[row["method"]] if row["method"] in attrs.index and v != row["method"] else None
+        changed = [] if ref is None else [
+            _attr_words(a, attrs.at[v, a]) for a in attrs.columns
+            if str(attrs.at[v, a]) != str(ref[a]) and not (pd.isna(attrs.at[v, a]) and pd.isna(ref[a]))
+            and not pd.isna(attrs.at[v, a])]
+        out[v] = ", ".join([base, *changed]) if changed or ref is None else f"{base} [{v}]"
+    return out
+
+
+def canonical(group: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Each method's own variant (named after the method; a method without one keeps its variants
+    on constant links); returns those rows and the other variants (the ablations)."""
+    own = group["variant"] == group["method"]
+    has_own = set(group.loc[own, "method"])
+    trace = group["trace"] if "trace" in group else pd.Series([np.nan] * len(group), index=group.index)
+    constant = trace.isna() | trace.astype(str).isin(["", "nan"])
+    keep = own | (~group["method"].isin(has_own) & constant)
+    return group[keep], sorted(set(group.loc[~keep, "variant"]))
 
 
 def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str, xtext: str,
-                    scale: float, logx: bool, kind: str, what: str) -> None:
+                    scale: float, logx: bool, kind: str, what: str, configs: pd.DataFrame | None = None,
+                    ablations: bool = False) -> None:
+    """One figure per scenario and backend: each method's own variant, or (``ablations``) every
+    variant of the methods that have ablations, each labelled by what it changes."""
     if curves.empty or curves["accuracy"].notna().sum() == 0:
         log.skip(kind, "no federated run recorded accuracy")
         return
@@ -318,10 +467,20 @@ def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str
         if logx and not (group[x] > 0).any():
             log.skip(f"{kind} {scenario}/{backend}", "no uplink bytes recorded")
             continue
-        group = with_series(group, ["variant", "method", "ranks"], lambda r: label(r.method), lambda r: r.method)
+        main, others = canonical(group)
+        if ablations:
+            methods = set(group.loc[group["variant"].isin(others), "method"])
+            if not methods:
+                log.skip(f"{kind} {scenario}/{backend}", "no method has an ablation (a variant not named after it)")
+                continue
+            group = group[group["method"].isin(methods)]
+        else:
+            group = main
+        words = federated_labels(group, configs)
+        group = with_series(group, ["variant", "method", "ranks"], lambda r: words[r.variant], lambda r: r.method)
         with styled():
-            fig, (ax,) = figure(1)
-            draw_series(ax, group, x, "accuracy", scale, styles_of(group), positive_x=logx)
+            fig, (ax,) = figure(1, height=2.3 if not ablations else 3.2)
+            draw_series(ax, group, x, "accuracy", scale, styles_of(group), positive_x=logx, bounds=BOUNDS["accuracy"])
             if logx:
                 log_axis(ax, "x")
             ax.set_xlabel(xtext)
@@ -329,22 +488,37 @@ def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str
             legend(fig, [ax])
             name = slug(kind, scenario, backend)
             ranks = ", ".join(sorted(set(group["ranks"].astype(str))))
+            left = (f" Ablations ({', '.join(others)}): the fed_ablations figure and tables/spra.csv."
+                    if others and not ablations else "")
             caption = (f"Federated held-out accuracy vs {what}; client ranks {ranks}; scenario {scenario}, "
                        f"backend {backend}; mean over seeds (band: 95% t-interval; seeds per series: "
-                       f"{_seed_counts(group)}).")
-            log.made.append(Figure(name, caption, save(fig, out_dir, name)))
+                       f"{_seed_counts(group)})." + left)
+            finish(log, fig, out_dir, name, caption, "" if ablations else CARRIES.get(kind, ""))
 
 
-def plot_federated_rounds(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
-    """Federated accuracy vs communication round."""
+def plot_federated_rounds(curves: pd.DataFrame, out_dir: Path, log: PlotLog,
+                          configs: pd.DataFrame | None = None) -> None:
+    """Federated accuracy vs communication round, each method's own variant."""
     _federated_plot(curves, out_dir, log, x="step", xtext="Round", scale=1.0, logx=False,
-                    kind="fed_accuracy_vs_rounds", what="communication rounds")
+                    kind="fed_accuracy_vs_rounds", what="communication rounds", configs=configs)
 
 
-def plot_federated_uplink(curves: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
-    """Federated accuracy vs cumulative uplink payload of all clients (MB, log x)."""
+def plot_federated_uplink(curves: pd.DataFrame, out_dir: Path, log: PlotLog,
+                          configs: pd.DataFrame | None = None) -> None:
+    """Federated accuracy vs cumulative uplink payload of all clients (MB, log x), each method's own variant."""
     _federated_plot(curves, out_dir, log, x="cum_uplink_bytes", xtext="Cumulative uplink payload, all clients (MB)",
-                    scale=1e6, logx=True, kind="fed_accuracy_vs_uplink", what="cumulative uplink bytes")
+                    scale=1e6, logx=True, kind="fed_accuracy_vs_uplink", what="cumulative uplink bytes",
+                    configs=configs)
+
+
+def plot_federated_ablations(curves: pd.DataFrame, out_dir: Path, log: PlotLog,
+                             configs: pd.DataFrame | None = None) -> None:
+    """Federated accuracy vs round of every variant of a method with ablations (SPRA's lr rules,
+    A's variance, resampling, optimizer, ranks, traces), labelled by what each changes (``configs``:
+    tables.spra, which holds those settings per variant)."""
+    _federated_plot(curves, out_dir, log, x="step", xtext="Round", scale=1.0, logx=False, kind="fed_ablations",
+                    what="communication rounds, every variant of the methods with ablations", configs=configs,
+                    ablations=True)
 
 
 def short_module_name(name: str) -> str:
@@ -360,7 +534,7 @@ def plot_snr(snr: pd.DataFrame | None, out_dir: Path, log: PlotLog) -> None:
         log.skip("snr_vs_rank", "results/tables/snr.csv absent (or without rank, snr columns)")
         return
     groups = list(snr.groupby("module", sort=False)) if "module" in snr else [("measured", snr)]
-    colours = ["#D55E00", "#0072B2", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#999999"]
+    colours = SERIES_COLOURS
     with styled():
         fig, (ax,) = figure(1, height=2.6)
         for i, (module, t) in enumerate(groups):
@@ -383,4 +557,4 @@ def plot_snr(snr: pd.DataFrame | None, out_dir: Path, log: PlotLog) -> None:
         legend(fig, [ax], extra_ok=2)
         caption = ("Signal-to-noise ratio of the randomly projected gradient against the true gradient vs "
                    "LoRA rank (log-log; linear growth in r is a slope of 1), from tables/snr.csv.")
-        log.made.append(Figure("snr_vs_rank", caption, save(fig, out_dir, "snr_vs_rank")))
+        finish(log, fig, out_dir, "snr_vs_rank", caption)

@@ -6,7 +6,8 @@ Left: the unchanged fraction (k = 1) against the learning rate, LoRA A, B and th
 adapter, each point the mean over seeds of a run's mean over the second half of its updates,
 with its 95% t-interval over seeds. Right: the unchanged fraction against the update index at
 the reference learning rate (5e-4, or the sweep's closest), A and B, for each staleness k,
-mean over seeds with the seeds' range shaded. Reads only the rows it is given.
+mean over seeds with the seeds' range shaded. Reads only the rows it is given; drawn in the
+report's style (harness/report/style.py: sizes, fonts, PART_COLOURS for A, B and the whole adapter).
 """
 from __future__ import annotations
 
@@ -37,49 +38,41 @@ def summary(df):
 
 
 def plot_sparsity(df, path: Path) -> list[Path]:
-    """Draw the two panels into ``path``.png and .pdf; returns the written paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Draw the two panels into ``path``.png and .pdf (the report's style: harness/report/style.py);
+    returns the written paths."""
+    from harness.report.style import LINESTYLES, PART_COLOURS, figure, save, styled
 
     table = summary(df)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    colors = {"all": "0.3", "A": "tab:blue", "B": "tab:orange"}
-    for matrix in ("all", "A", "B"):
-        part = table[(table.k == 1) & (table.block == "all") & (table.matrix == matrix)].sort_values("lr")
-        left.errorbar(part.lr, part["mean"], yerr=part.ci95.fillna(0), marker="o", capsize=3,
-                      color=colors[matrix], label=f"LoRA {matrix}" if matrix != "all" else "whole adapter")
-    left.set_xscale("log")
-    left.set_xlabel("learning rate (AdamW)")
-    left.set_ylabel("bf16 entries unchanged per update")
-    left.set_ylim(-0.02, 1.02)
-    left.set_title(f"k=1, updates > {int(df['update'].max()) // 2}, n={df.seed.nunique()} seeds, 95% CI")
-    left.legend(fontsize=8)
-    lrs = sorted(df.lr.unique())
-    ref = min(lrs, key=lambda lr: abs(lr - REFERENCE_LR))
-    at = df[(df.lr == ref) & (df.block == "all") & (df.matrix.isin(["A", "B"]))]
-    styles = {1: "-", 2: "--", 4: "-.", 8: ":"}
-    for (matrix, k), part in at.groupby(["matrix", "k"]):
-        stats = part.groupby("update").unchanged_frac.agg(["mean", "min", "max"])
-        right.plot(stats.index, stats["mean"], styles.get(k, "-"), color=colors[matrix], label=f"{matrix}, k={k}")
-        right.fill_between(stats.index, stats["min"], stats["max"], color=colors[matrix], alpha=0.12)
-    right.set_xlabel("update")
-    right.set_ylabel(f"unchanged over k updates (lr {ref:g})")
-    right.set_ylim(-0.02, 1.02)
-    right.legend(fontsize=7, ncol=2)
-    task = df.task.iloc[0] if "task" in df else ""
-    fig.suptitle(f"bf16 sparsity of LoRA updates ({task}, rank {df['rank'].iloc[0] if 'rank' in df else '?'})",
-                 fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    for suffix in (".png", ".pdf"):
-        fig.savefig(path.with_suffix(suffix), dpi=130)
-        written.append(path.with_suffix(suffix))
-    plt.close(fig)
-    return written
+    names = {"all": "whole adapter", "A": "LoRA A", "B": "LoRA B"}
+    with styled():
+        fig, (left, right) = figure(2, height=2.6, sharey=True)
+        for matrix in ("all", "A", "B"):
+            part = table[(table.k == 1) & (table.block == "all") & (table.matrix == matrix)].sort_values("lr")
+            left.errorbar(part.lr, part["mean"], yerr=part.ci95.fillna(0), marker="o", capsize=1.5, elinewidth=0.6,
+                          color=PART_COLOURS[matrix], label=names[matrix])
+        left.set_xscale("log")
+        left.set_xlabel("Learning rate (AdamW)")
+        left.set_ylabel("bf16 entries unchanged per update")
+        left.set_ylim(-0.02, 1.02)
+        left.set_title(f"One update apart, updates > {int(df['update'].max()) // 2}, "
+                       f"{df.seed.nunique()} seeds, 95% interval")
+        left.legend(loc="best")
+        lrs = sorted(df.lr.unique())
+        ref = min(lrs, key=lambda lr: abs(lr - REFERENCE_LR))
+        at = df[(df.lr == ref) & (df.block == "all") & (df.matrix.isin(["A", "B"]))]
+        ks = sorted(at["k"].unique())
+        for (matrix, k), part in at.groupby(["matrix", "k"]):
+            stats = part.groupby("update").unchanged_frac.agg(["mean", "min", "max"])
+            right.plot(stats.index, stats["mean"], LINESTYLES[ks.index(k) % len(LINESTYLES)],
+                       color=PART_COLOURS[matrix], label=f"{names[matrix]}, {k} update{'s' if k > 1 else ''} apart")
+            right.fill_between(stats.index, stats["min"], stats["max"], color=PART_COLOURS[matrix], alpha=0.12, lw=0)
+        right.set_xlabel("Update")
+        right.set_title(f"Unchanged over k updates, learning rate {ref:g} (band: seed range)")
+        right.legend(ncol=2, loc="best")
+        task = df.task.iloc[0] if "task" in df else ""
+        fig.suptitle(f"bf16 sparsity of LoRA updates (task {task}, rank {df['rank'].iloc[0] if 'rank' in df else '?'})")
+        path = Path(path)
+        return save(fig, path.parent, path.name)
 
 
 def sparsity_section(results_dir: Path) -> list[str]:
@@ -109,5 +102,5 @@ def sparsity_section(results_dir: Path) -> list[str]:
     for lr in sorted(df.lr.unique(), reverse=True):
         out.append(f"| {lr:g} | {cell(lr, 1, 'A')} | {cell(lr, 1, 'B')} | {cell(lr, 1, 'all')} | "
                    f"{cell(lr, 2, 'all')} | {cell(lr, 4, 'all')} | {cell(lr, 8, 'all')} |")
-    out += ["", "![sparsity](plots/sparsity.png)", ""]
+    out += ["", "Figure: `plots/sparsity.png` (the appendix).", ""]
     return out

@@ -400,12 +400,41 @@ def compress_section(results_dir: Path) -> list[str]:
     return out
 
 
+def _figure_entry(f, results_dir: Path, carries: bool) -> list[str]:
+    png = next(p for p in f.paths if p.suffix == ".png")
+    claim = f" *Carries: {f.carries}.*" if carries and f.carries else ""
+    return [f"**{f.name}**:{claim} {f.caption} ([PDF]({png.with_suffix('.pdf').relative_to(results_dir)}))", "",
+            f"![{f.name}]({png.relative_to(results_dir)})", ""]
+
+
 def plots_section(plots: PlotLog, results_dir: Path) -> list[str]:
-    out = ["## Figures", ""]
-    for f in plots.made:
-        png = next(p for p in f.paths if p.suffix == ".png")
-        out += [f"**{f.name}**: {f.caption} ([PDF]({png.with_suffix('.pdf').relative_to(results_dir)}))", "",
-                f"![{f.name}]({png.relative_to(results_dir)})", ""]
+    """The figures that carry the claims (``Figure.carries``), each naming its claim; the others
+    are in the appendix (``appendix_section``)."""
+    out = ["## Figures that carry the claims", ""]
+    main = [f for f in plots.made if f.carries]
+    rest = len(plots.made) - len(main)
+    if not main:
+        return out + ["No figure of these results carries a claim" + (f" ({rest} in the appendix)." if rest else "."),
+                      ""]
+    out += [f"Each carries one claim, named in italics; {rest} more figures are in the appendix at the end." if rest
+            else "Each carries one claim, named in italics.", ""]
+    for f in main:
+        out += _figure_entry(f, results_dir, carries=True)
+    return out
+
+
+def appendix_section(plots: PlotLog, results_dir: Path) -> list[str]:
+    """Every other figure (and the sparsity figure when drawn), then the figures skipped and why."""
+    out = ["## Appendix: more figures", ""]
+    rest = [f for f in plots.made if not f.carries]
+    for f in rest:
+        out += _figure_entry(f, results_dir, carries=False)
+    sparsity = Path(results_dir) / "plots" / "sparsity.png"
+    if sparsity.is_file():
+        out += ["**sparsity**: bf16 update sparsity of the adapter (the section above; `python -m "
+                "harness.onpolicy.sparsity`).", "", "![sparsity](plots/sparsity.png)", ""]
+    if not rest and not sparsity.is_file():
+        out += ["None.", ""]
     if plots.skipped:
         out += ["Skipped (data absent, not an error):", ""]
         out += [f"- {name}: {why}" for name, why in plots.skipped] + [""]
@@ -441,10 +470,11 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
              f"{', '.join(f'`{b}`' for b in backends) or DASH} (every table is split by backend). "
              "Tables: `tables/*.csv`; definitions of every derived metric: docs/report.md.", ""]
     cross = crossover_frame(tables) if crossover is None else crossover
-    lines += claims_section(tables, claims) + crossover_section(cross) + load_section(coll, tables)
+    lines += claims_section(tables, claims) + plots_section(plots, coll.results_dir)
+    lines += crossover_section(cross) + load_section(coll, tables)
     lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
     lines += extra_sections(tables) + sparsity_section(coll.results_dir) + compress_section(coll.results_dir)
-    lines += plots_section(plots, coll.results_dir) + runs_section(coll)
+    lines += runs_section(coll) + appendix_section(plots, coll.results_dir)
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -77,23 +77,28 @@ def _meta(scenario: str, variant: str, run_id: str, backend: str, method: str, k
 
 def write_onpolicy(root: Path, scenario: str, backend: str, spec: tuple, rate: float, seed: int,
                    status: str = "ok", reason: str = "", model_rank: int = 64, workers: int = WORKERS,
-                   sync_dtype: str = "bf16", update_s: float | None = None, load: dict | None = None) -> Path:
-    """One on-policy run, rows as harness/onpolicy/roles.py records them (learner bytes summed over links)."""
+                   sync_dtype: str = "bf16", update_s: float | None = None, load: dict | None = None,
+                   eval_every: int = EVAL_EVERY, trace: str | None = None, staleness: int | None = None) -> Path:
+    """One on-policy run, rows as harness/onpolicy/roles.py records them (learner bytes summed over links).
+
+    ``eval_every=0`` evaluates once, at the last update (a time-only run); ``trace`` names the
+    link trace (``rate`` is then its mean); ``staleness`` adds the overlap mode's column."""
     variant, method, compressor, rank, budget, nbytes, times, finals = spec
-    run_dir, run_id = _run_dir(root, scenario, variant, f"{backend}{rate}{seed}{model_rank}{rank}")
+    salt = f"{backend}{rate}{seed}{model_rank}{rank}" + (f"{trace}" if trace else "")
+    run_dir, run_id = _run_dir(root, scenario, variant, salt)
     extra = f" seed={seed}" + (" net.backend=model" if backend == "model" else "")
     write_run_json(run_dir, _meta(scenario, variant, run_id, backend, method, "onpolicy", seed, model_rank,
                                   "running", "", extra, sync_dtype=sync_dtype, load=load))
     keys = {"run_id": run_id, "scenario": scenario, "variant": variant, "method": method,
             "compressor": compressor, "task": "distill", "seed": seed, "backend": backend,
             "rate_mbit": float(rate), "delay_ms": 0.0, "rank": rank,
-            "budget_frac": budget if budget is not None else float("nan")}
+            "budget_frac": budget if budget is not None else float("nan"), **({"trace": trace} if trace else {})}
     # hilo_distill: the table's times; the grid: a link model, 5% slower on the emulated backend
     update_s = update_s or times.get(rate) or (0.3 + nbytes * 8 / (rate * 1e6)) * (1.05 if backend == "tc" else 1.0)
     resync_step = 4 if variant == "hilo_powersgd" else -1
     with Recorder(run_dir, keys, "learner", flush_every=1000) as rec:
         for step in range(STEPS):
-            evaluated = step % EVAL_EVERY == EVAL_EVERY - 1 or step == STEPS - 1
+            evaluated = (eval_every > 0 and step % eval_every == eval_every - 1) or step == STEPS - 1
             resync = FULL_BYTES if step == resync_step else 0
             per_link = nbytes + VERDICT
             measured = dict(payload_bytes_down=per_link * workers + resync, update_bytes=nbytes,
@@ -102,7 +107,8 @@ def write_onpolicy(root: Path, scenario: str, backend: str, spec: tuple, rate: f
                             rollout_s=0.1, learn_s=0.05, loss=1.0 / (step + 1), in_sync=step != resync_step,
                             resync_bytes=resync, resynced_workers=int(step == resync_step),
                             accuracy=_quality(finals[seed], step, STEPS - 1) if evaluated else float("nan"),
-                            reverse_kl=1 - _quality(finals[seed], step, STEPS - 1) if evaluated else float("nan"))
+                            reverse_kl=1 - _quality(finals[seed], step, STEPS - 1) if evaluated else float("nan"),
+                            **({"staleness": staleness} if staleness is not None else {}))
             if method == "hilo" and compressor == "spar" and scenario == "hilo_distill":
                 measured["compressor_info"] = {"used_bytes": nbytes, "budget_bytes": nbytes, "ranks": {
                     f"base_model.model.model.layers.{layer}.self_attn.{m}.lora_{ab}.default.weight":
