@@ -190,9 +190,17 @@ def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool 
     return entry
 
 
-def load_base(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True):
-    """The pretrained ``kind`` model in ``model.dtype``, eval mode, every parameter frozen."""
-    model = load_dir(pretrained(kind, model_cfg, task_cfg, progress), model_dtype(model_cfg))
+def load_base(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True, source=None):
+    """The pretrained ``kind`` model in ``model.dtype``, eval mode, every parameter frozen.
+
+    ``source``: the plan's ``model_source`` (harness.tasks.source.ModelSource, e.g.
+    ``ModelSource.from_dict(payload["plan"]["model_source"])`` in a role): the folder it names is
+    loaded as it is, without resolving the config again (no GGUF is hashed); only a cache entry
+    not built yet is built from the config."""
+    path = Path(source.of(kind).path) if source is not None else None
+    if path is None or not (path / "config.json").is_file():
+        path = pretrained(kind, model_cfg, task_cfg, progress)
+    model = load_dir(path, model_dtype(model_cfg))
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -141,6 +141,20 @@ def test_the_plan_records_the_source_and_both_hashes(files, task_cfg):
     assert ModelSource.from_dict(json.loads(json.dumps(source.to_dict()))) == source
 
 
+def test_a_role_loads_the_planned_folder_without_resolving_again(files, task_cfg, monkeypatch):
+    from harness.tasks.source import ModelSource
+
+    cfg = _hf(files["llama"])
+    source = ModelSource.from_dict(resolve(cfg, task_cfg).to_dict())        # what a role receives
+    planned = load_base("student", cfg, task_cfg)
+
+    def no_hash(*args, **kwargs):
+        raise AssertionError("the GGUF was hashed again")
+    monkeypatch.setattr(gc, "sha256_of", no_hash)
+    loaded = load_base("student", cfg, task_cfg, source=source)
+    assert weights_sha256(loaded.state_dict()) == weights_sha256(planned.state_dict())
+
+
 def test_a_folder_and_the_tiny_presets_keep_their_origins(files, model_cfg, task_cfg, cache_dir):
     folder = files["qwen2-f32"].with_suffix("")
     assert resolve(_hf(folder), task_cfg).of("student").origin is Origin.FOLDER
