@@ -717,7 +717,16 @@ def _config(run: Planned) -> dict:
 
 
 # ----- entry point ---------------------------------------------------------------------------------------
+_AGENT_PID: list[int] = []
+
+
 def _interrupt(signum, frame) -> None:
+    """SIGTERM in the agent: an orderly teardown (KeyboardInterrupt). In a forked copy of the agent
+    (pyroute2 forks helpers to enter namespaces, and ends them with SIGTERM): die as a plain process."""
+    if os.getpid() not in _AGENT_PID:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -743,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
     progress = bool(runs[0].cfg.progress)
+    _AGENT_PID[:] = [os.getpid()]
     signal.signal(signal.SIGTERM, _interrupt)        # srun / torchrun end an agent with SIGTERM: tear down in order
     with ExitStack() as stack:
         stack.callback(agent.teardown)
