@@ -48,7 +48,7 @@ from harness.tasks.arith import Problems
 from harness.tasks.data import IGNORE, sft_loss
 from harness.tasks.models import plain
 from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask
-from harness.tasks.rollouts import Rollouts, generate, prompt_mask
+from harness.tasks.rollouts import Rollouts, prompt_mask, sample
 from harness.tasks.tokenizer import Tokenizer
 
 OPS = ("+", "-", "*")
@@ -293,6 +293,17 @@ class ChatTask(OnPolicyTask):
         i = torch.randint(0, len(self._train), (n,), generator=gen)
         return self.chat.encode(Problems(self._train.a[i], self._train.op[i], self._train.b[i]))
 
+    def rollout(self, policy, prompts: torch.Tensor, samples: int | None = None,
+                generator: torch.Generator | None = None) -> Rollouts:
+        """``samples`` completions per prompt (``generator`` None: greedy) with behaviour logprobs
+        and rewards, by ``rollouts.sample``: each prompt prefilled once, finished rows dropped."""
+        samples = samples or self.samples
+        comp, mask, logp = sample(policy, prompts, prompt_mask(prompts, self.tok.pad_id), self.max_new_tokens,
+                                  group=samples, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
+                                  temperature=self.temperature, generator=generator)
+        rewards = self.rewards(prompts.repeat_interleave(samples, 0), comp, mask) if self.name == "reward" else None
+        return Rollouts(prompts, comp, mask, logp, rewards, samples, self.tok.pad_id, self.tok.vocab_size)
+
     def rewards(self, prompts: torch.Tensor, completions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[N] float32: 1 for a correct completion (module doc), else 0."""
         return self.chat.correct(prompts, completions, mask).float()
@@ -433,7 +444,7 @@ class ChatSFTTask:
         hits = 0
         for i in range(0, len(prompts), chunk):
             p = prompts[i:i + chunk]
-            comp, mask, _ = generate(model, p, prompt_mask(p, self.tok.pad_id), self.max_new_tokens,
-                                     eos_id=self.tok.eos_id, pad_id=self.tok.pad_id)
+            comp, mask, _ = sample(model, p, prompt_mask(p, self.tok.pad_id), self.max_new_tokens, group=1,
+                                   eos_id=self.tok.eos_id, pad_id=self.tok.pad_id)
             hits += int(self.chat.correct(p, comp, mask).sum())
         return {"eval_loss": eval_loss, "accuracy": hits / len(prompts)}
