@@ -210,6 +210,22 @@ def error_bars(frame: pd.DataFrame, column: str, scale: float = 1.0) -> tuple | 
             (frame[hi] * scale - mean).fillna(0).clip(lower=0).to_numpy())
 
 
+def _columns(labels: list[str], panels: int) -> int:
+    ncol = min(len(labels), 2 if panels == 1 else 3)   # wider rows overflow a two-panel figure
+    if panels == 1 and labels and max(map(len, labels)) > 26:   # two long entries overflow one column's width
+        ncol = 1
+    return max(1, ncol)
+
+
+def legend_room(labels: list[str], panels: int = 1, extra_ok: int = 3) -> float:
+    """Inches to add to a figure's height for the legend that ``legend`` puts above it (0 when it
+    fits inside the one panel), so the axes keep their height however many series there are."""
+    labels = list(dict.fromkeys(labels))
+    if not labels or (panels == 1 and len(labels) <= extra_ok):
+        return 0.0
+    return 0.12 * math.ceil(len(labels) / _columns(labels, panels))
+
+
 def legend(fig, axes: list, extra_ok: int = 3, order: list[str] | None = None) -> None:
     """In the axes when one panel has at most ``extra_ok`` entries; else one legend above the figure.
 
@@ -229,7 +245,7 @@ def legend(fig, axes: list, extra_ok: int = 3, order: list[str] | None = None) -
     if len(axes) == 1 and len(labels) <= extra_ok:
         axes[0].legend(loc="best")
         return
-    ncol = min(len(labels), 2 if len(axes) == 1 else 3)   # wider rows overflow a two-panel figure
+    ncol = _columns(labels, len(axes))
     fig.legend([handles[lab] for lab in labels], labels, loc="outside upper center", ncol=ncol, columnspacing=1.2)
 
 

@@ -19,7 +19,7 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.ticker import MaxNLocator
 
 from harness.report.figkit import (BOUNDS, QUALITY_LABELS, PlotLog, dodge, draw_series, error_bars, finish, in_order,
-                                   legend, log_axis, quality_axis, styles_of, with_series, xlabel)
+                                   legend, legend_room, log_axis, quality_axis, styles_of, with_series, xlabel)
 from harness.report.figkit import Figure  # noqa: F401  (re-exported: plots.Figure)
 from harness.report.metrics import constant_links, synchronous
 from harness.report.style import (METHOD_COLOURS, SERIES_COLOURS, budget_text, family, figure, label, link_order, link_text, slug,
@@ -126,7 +126,7 @@ def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x
         links = _panels(group)
         styles, metric = styles_of(group), group["quality_metric"].iloc[0]
         with styled():
-            fig, axes = figure(len(links))
+            fig, axes = figure(len(links), height=2.0 + legend_room(list(styles), len(links)))
             for ax, link in zip(axes, links):
                 draw_series(ax, group[group["link"] == link], x, "quality", scale, styles, positive_x=logx,
                             bounds=BOUNDS.get(metric))
@@ -178,13 +178,13 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
         group = group.assign(on_trace=[trace_text(t) if isinstance(t, str) and t not in ("", "nan") else ""
                                        for t in trace])
         words = _config_text(False)
-        text = lambda r: words(r) + (f", on the {r.on_trace} (at its mean rate)" if r.on_trace else "")  # noqa: E731
+        text = lambda r: words(r) + (f", {r.on_trace}" if r.on_trace else "")  # noqa: E731
         group = with_series(group, config_keys(group, ["ref_rank", "rate_mbit", "on_trace"]) + ["on_trace"], text,
                             _onpolicy_family, within=["ref_rank", "rate_mbit"])
         refs = sorted(group["ref_rank"].unique())[:MAX_PANELS]
         styles = styles_of(group)
         with styled():
-            fig, axes = figure(len(refs))
+            fig, axes = figure(len(refs), height=2.3 + legend_room([*styles, "full sync (1×)"], len(refs), 3))
             for ax, ref in zip(axes, refs):
                 for name, series in in_order(group[group["ref_rank"] == ref]):
                     series = series.sort_values("rate_mbit")
@@ -240,7 +240,7 @@ def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
                             lambda r: label(r.method, r.compressor), _onpolicy_family)
             styles, metric = styles_of(g), g["quality_metric"].iloc[0]
             with styled():
-                fig, (ax,) = figure(1, height=2.6)
+                fig, (ax,) = figure(1, height=2.1 + legend_room(list(styles), 1, extra_ok=0))
                 for name, series in in_order(g):
                     series = series.sort_values("bytes_frac")
                     ax.errorbar(100 * series["bytes_frac"], series["quality"], yerr=error_bars(series, "quality"),
@@ -284,7 +284,7 @@ def plot_bytes_vs_rank(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
         mean = with_series(mean, keys[:3], _bytes_text(len(budgets)), _onpolicy_family)
         styles = styles_of(mean)
         with styled():
-            fig, (ax,) = figure(1)
+            fig, (ax,) = figure(1, height=2.1 + legend_room([*styles, "full sync at rank r"], 1, extra_ok=0))
             ranks = np.array(sorted(group["rank"].unique()), dtype=float)
             if group["ref_rank"].nunique() == 1:
                 ref = float(group["ref_rank"].iloc[0])
@@ -479,8 +479,9 @@ def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str
         words = federated_labels(group, configs)
         group = with_series(group, ["variant", "method", "ranks"], lambda r: words[r.variant], lambda r: r.method)
         with styled():
-            fig, (ax,) = figure(1, height=2.3 if not ablations else 3.2)
-            draw_series(ax, group, x, "accuracy", scale, styles_of(group), positive_x=logx, bounds=BOUNDS["accuracy"])
+            styles = styles_of(group)
+            fig, (ax,) = figure(1, height=2.1 + legend_room(list(styles), 1))
+            draw_series(ax, group, x, "accuracy", scale, styles, positive_x=logx, bounds=BOUNDS["accuracy"])
             if logx:
                 log_axis(ax, "x")
             ax.set_xlabel(xtext)
