@@ -396,7 +396,8 @@ def plot_spar_ranks(rows: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
             finish(log, fig, out_dir, name, caption)
 
 
-FED_ATTRS = ["optimizer", "lr_rule", "a_variance", "resample_every", "ranks", "trace"]   # what an ablation changes
+FED_ATTRS = ["optimizer", "lr_rule", "a_variance", "resample_every", "aggregation", "rounds", "ranks",
+             "trace"]   # what an ablation changes (those tables.spra holds)
 LR_RULES = {"linear": "rank-aware lr", "const": "constant lr", "sqrt": "square-root lr"}
 A_VARIANCE = {"rank": "A's variance 1/r", "ref": "A's variance 1/r_ref"}
 
@@ -409,12 +410,19 @@ def _attr_words(name: str, value) -> str:
     if name == "a_variance":
         return A_VARIANCE.get(str(value), f"A's variance {value}")
     if name == "resample_every":
-        return "A never resampled" if int(float(value)) == 0 else f"A resampled every {int(float(value))} rounds"
+        every = int(float(value))
+        return "A never resampled" if every == 0 else "A resampled every round" if every == 1 else \
+            f"A resampled every {every} rounds"
     if name == "ranks":
         ranks = [r for r in str(value).replace(" ", "").split(",") if r]
         return f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {value}"
     if name == "trace":
         return f"on the {trace_text(str(value))}"
+    if name == "aggregation":
+        return {"product": "product aggregation", "column": "per-column aggregation"}.get(str(value),
+                                                                                           f"{value} aggregation")
+    if name == "rounds":
+        return f"{int(float(value))} rounds"
     return f"{name} {value}"
 
 

@@ -183,3 +183,17 @@ def test_federated_figures_show_each_method_and_ablations_in_words(built):
     _, figs = built
     assert set(figs["fed_accuracy_vs_uplink-spra_federated-tc"].text.legend) == {"FedIT", "FFA-LoRA", "SPRA"}
     assert "SPRA, constant lr" in figs["fed_ablations-spra_federated-tc"].text.legend
+
+
+def test_federated_ablations_are_named_by_what_they_change():
+    from harness.report.plots import federated_labels
+    spra = {"method": "spra", "ranks": "64,32", "trace": float("nan")}
+    curves = pd.DataFrame([{**spra, "variant": v} for v in ("spra", "spra_const_lr", "spra_t1", "spra_equal_uplink")]
+                          + [{"variant": "fedit", "method": "fedit", "ranks": "64,32", "trace": "lte_uplink"}])
+    curves.loc[curves["variant"] == "spra_equal_uplink", "ranks"] = "128,64"
+    configs = pd.DataFrame({"variant": ["spra", "spra_const_lr", "spra_t1", "spra_equal_uplink", "fedit"],
+                            "lr_rule": ["linear", "const", "linear", "linear", "const"],
+                            "resample_every": [5, 5, 1, 5, 0], "optimizer": "sgd"})
+    assert federated_labels(curves, configs) == {
+        "spra": "SPRA", "spra_const_lr": "SPRA, constant lr", "spra_t1": "SPRA, A resampled every round",
+        "spra_equal_uplink": "SPRA, ranks 128-64", "fedit": "FedIT"}
