@@ -191,9 +191,9 @@ def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind, clients: int
         recipe("student", model, task)                       # task.student_init and the pretraining recipe
     tokenizer = build_tokenizer(model)
     if kind is MethodKind.ONPOLICY:
-        from harness.tasks.onpolicy import OnPolicyTask, RewardTask
+        from harness.tasks import build_task
 
-        (RewardTask if task["name"] == "reward" else OnPolicyTask)(task, tokenizer)   # digits, ops, sampling
+        build_task(task, tokenizer, sampler=task["name"] != "reward")   # task.format, digits/ops or chat questions, sampling
     else:
         from harness.tasks import build_federated
 

@@ -7,10 +7,11 @@ In one process, on the chat task (conf/task/chat_reward.yaml; ``task.*`` overrid
 every mode), from the model in ``--path`` (default: SmolLM2-135M-Instruct from the smollm2 preset's GGUF,
 dequantized to fp32 and cached; or any local HF chat model folder):
 
-- ``base``: greedy held-out accuracy of the model (the teacher) and of the distillation student
-  (the model re-quantized to ``task.chat.student_bits`` bits, harness.tasks.chat_student);
-- ``reward``: a fresh LoRA on the model, ``--steps`` GRPO updates (ChatRewardTask);
-- ``distill``: a fresh LoRA on the student, ``--steps`` reverse-KL updates to the fp32 teacher;
+- ``reward``: a fresh LoRA on the model (B = 0: it is the base model; its greedy held-out
+  accuracy is the row's base), ``--steps`` GRPO updates (ChatRewardTask);
+- ``distill``: a fresh LoRA on the student (the model re-quantized to ``task.chat.student_bits``
+  bits, harness.tasks.chat_student; its accuracy and reverse KL are the row's base), ``--steps``
+  reverse-KL updates to the fp32 teacher;
 - ``sft``: a fresh LoRA on the model, ``--steps`` SFT batches of the federated chat data
   (4 non-IID clients taken round-robin: the pooled upper bound of a federated run).
 
@@ -124,12 +125,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load = f"{os.getloadavg()[0]:.1f}"
     rows: list[dict] = []
-    teacher = load_dir(path, torch.float32).eval()
-    probe = build_chat_task(cfgs.get("reward") or task_cfg("reward", args.overrides), tok)
-    probe.cfg["eval_prompts"] = args.eval
-    t0 = time.perf_counter()
-    base_acc = probe.evaluate(teacher, args.eval)["accuracy"]
-    print(f"base model: held-out accuracy {base_acc:.3f} ({args.eval} problems, {time.perf_counter() - t0:.0f} s)", flush=True)
+    teacher = load_dir(path, torch.float32).eval() if "distill" in cfgs else None
     student_path = None
     if "distill" in cfgs:
         chat = cfgs["distill"]["chat"]
@@ -149,7 +145,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if mode == "reward":
                 policy = fresh(path, args.rank, seed)
                 task = build_chat_task(cfg, tok)
-                before = {"accuracy": base_acc, "reward": base_acc}
+                before = task.evaluate(policy, args.eval)          # B = 0: the base model itself
+                print(f"  reward seed {seed}: base accuracy {before['accuracy']:.3f}", flush=True)
                 train(task, policy, args.steps, args.lr, seed, "reward", progress=False)
                 after = task.evaluate(policy, args.eval)
                 row.update(base_accuracy=before["accuracy"], accuracy=after["accuracy"], metric_name="reward",

@@ -209,3 +209,18 @@ def test_config_errors_name_the_key(ctok):
         build_task(chat_cfg(), Tokenizer(chat_tokenizer(template=None)))
     with pytest.raises(ConfigError, match="task.examples"):
         build_federated(chat_cfg(name="federated", examples=100_000), ctok, 2, 0)
+
+
+def test_the_plan_checks_the_chat_task_before_launch(tmp_path):
+    from chat_model import save_chat_model
+    from harness.plan import build_plan
+    from harness.run import compose_config
+
+    folder = save_chat_model(tmp_path / "chat")
+    base = ["scenario=smoke_hilo", "model=hf", f"model.path={folder}", "model.targets=[q_proj,v_proj]", "model.rank=4",
+            "task=chat_reward", "net.backend=model"]
+    assert build_plan(compose_config(base)).onpolicy is not None
+    with pytest.raises(ConfigError, match="task.chat.low"):
+        build_plan(compose_config(base + ["task.chat.low=30"]))
+    with pytest.raises(ConfigError, match="task.format"):
+        build_plan(compose_config(base + ["task.format=poetry"]))
