@@ -43,6 +43,38 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
     return log
 
 
+TABLE_KINDS = ("speedup_vs_rate", "frontier", "bytes_vs_rank", "phases", "snr_vs_rank", "sparsity")
+
+
+def draw_from_tables(results_dir: Path | str, plots_dir: Path | str) -> P.PlotLog:
+    """The figures the written tables hold enough to redraw, without ``runs/`` (a clone ships
+    ``results/tables`` but not the runs): speedup_vs_rate, frontier and bytes_vs_rank from
+    ``tables/hilo.csv``, phases from ``tables/hilo_runs.csv``, snr_vs_rank from ``tables/snr.csv``
+    and the sparsity figure from ``tables/sparsity.csv``, into ``plots_dir``. The curve figures
+    (quality_vs_*, fed_*) and spar_ranks need the runs' per-update rows, which no table keeps.
+    Nothing is pruned and summary.md is not written: pass a folder of its own."""
+    import pandas as pd
+
+    from harness.report.sparsity_plot import plot_sparsity
+    from harness.report.tables import read_snr
+
+    tables, plots_dir, log = Path(results_dir) / "tables", Path(plots_dir), P.PlotLog()
+    read = lambda name: pd.read_csv(tables / name) if (tables / name).is_file() else pd.DataFrame()  # noqa: E731
+    hilo, runs = read("hilo.csv"), read("hilo_runs.csv")
+    if hilo.empty:
+        log.skip("speedup_vs_rate, frontier, bytes_vs_rank", "tables/hilo.csv absent")
+    else:
+        P.plot_speedup_vs_rate(hilo, plots_dir, log)
+        P.plot_frontier(hilo, plots_dir, log)
+        P.plot_bytes_vs_rank(hilo, plots_dir, log)
+    plot_phases(runs, plots_dir, log)
+    P.plot_snr(read_snr(tables), plots_dir, log)
+    if (tables / "sparsity.csv").is_file():
+        paths = plot_sparsity(pd.read_csv(tables / "sparsity.csv"), plots_dir / "sparsity")
+        log.made.append(P.Figure("sparsity", "bf16 update sparsity of the adapter (tables/sparsity.csv).", paths))
+    return log
+
+
 KINDS = ("quality_vs_bytes", "quality_vs_time", "speedup_vs_rate", "frontier", "bytes_vs_rank", "spar_ranks",
          "fed_accuracy_vs_rounds", "fed_accuracy_vs_uplink", "fed_ablations", "snr_vs_rank", "phases")
 

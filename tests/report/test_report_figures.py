@@ -197,3 +197,16 @@ def test_federated_ablations_are_named_by_what_they_change():
     assert federated_labels(curves, configs) == {
         "spra": "SPRA", "spra_const_lr": "SPRA, constant lr", "spra_t1": "SPRA, A resampled every round",
         "spra_equal_uplink": "SPRA, ranks 128-64", "fedit": "FedIT"}
+
+
+def test_the_table_figures_redraw_from_the_written_tables_alone(built, tmp_path, monkeypatch):
+    """A clone has results/tables but not results/runs: the table-based figures redraw the same words."""
+    from harness.report.build import TABLE_KINDS, draw_from_tables
+    root, figs = built
+    monkeypatch.setattr(figkit, "save", lambda fig, out_dir, name: [out_dir / f"{name}.png"])
+    log = draw_from_tables(root, tmp_path)
+    redrawn = {f.name: f for f in log.made}
+    from_runs = {n: f for n, f in figs.items() if n.split("-")[0] in TABLE_KINDS}
+    assert set(redrawn) == set(from_runs)
+    for name, f in redrawn.items():
+        assert f.text.legend == from_runs[name].text.legend and f.text.titles == from_runs[name].text.titles, name
