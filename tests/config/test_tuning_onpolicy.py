@@ -139,3 +139,19 @@ def test_every_tuned_onpolicy_variant_reads_a_committed_interior_entry_of_its_ow
                     sorted(map(str, training_overrides(list(over)))), f"{name} trains unlike {entry}"
             checked += 1
     assert checked >= 2
+
+
+def test_onpolicy_selection_maximises_validation_accuracy_ties_to_the_lower_loss() -> None:
+    from harness.tuning import select
+
+    rows = [(1e-4, 0.80, 1.0), (3e-4, 0.85, 0.6), (1e-3, 0.85, 0.4), (3e-3, 0.70, 0.9)]
+    points = pd.DataFrame([{"variant": "v", "optimizer": "adamw", "lr": lr, "seed": s, "rounds": 8,
+                            "val_loss": loss, "val_accuracy": acc} for lr, acc, loss in rows for s in (0, 1, 2)]
+                          + [{"variant": "v", "optimizer": "adamw", "lr": 1e-2, "seed": 0, "rounds": 2,
+                              "val_loss": 0.1, "val_accuracy": 0.99}])      # a shorter pilot: never mixed in
+    by_acc = select(points, "val_accuracy").iloc[0]
+    assert by_acc.lr == 1e-3 and by_acc.selected_by == "val_accuracy" and not by_acc.at_edge
+    assert by_acc.rounds == 8 and by_acc.grid_points == 4 and by_acc.seeds == 3
+    assert select(points).iloc[0].lr == 1e-3                                  # by loss: the same here
+    with pytest.raises(ConfigError, match="select: 'reward' is not allowed"):
+        select(points, "reward")
