@@ -5,6 +5,12 @@ figure per scenario and backend (backends never share an axis), and records what
 or why it made nothing in a ``PlotLog``: absent data is a note, not an error. Curves over
 several seeds are their mean with a band of the 95% t-interval over seeds; points of
 configuration tables carry error bars of the same interval (harness/report/stats.py) when n > 1. Units: MB = 10^6 bytes, s, Mbit/s.
+
+One message per figure: a series is a configuration (``CONFIG_KEYS``), the same one in every
+panel, named in words and coloured by its method (harness/report/style.py); panels are links
+("10 Mbit/s", "LTE-like trace, mean 4.8 Mbit/s"); the curve figures show each method at the
+scenario's main budget (the frontier shows the budgets); a figure that carries a headline claim
+says which (``CARRIES``), and the summary shows those first, the rest in its appendix.
 """
 from __future__ import annotations
 
@@ -28,7 +34,6 @@ from harness.report.twins import borrowed_note
 
 
 MAX_PANELS = 4
-SERIES_KEYS = ["variant", "method", "compressor", "rank", "ref_rank", "budget_frac"]
 CONFIG_KEYS = ["method", "compressor", "rank", "ref_rank", "budget_frac", "staleness", "sync_dtype"]  # a series
 MODULE_ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CARRIES = {   # the claim each main figure carries (summary.md shows these first; the rest go to the appendix)
@@ -56,15 +61,6 @@ def _config_text(multi_ref: bool, show_budget: bool = True):
                             budget=_value(row, "budget_frac"), staleness=_value(row, "staleness"),
                             show_budget=show_budget)
         return name + (f", r={int(row.rank)}" if multi_ref else "")
-    return text
-
-
-def _onpolicy_text(multi_ref: bool):
-    """Legend text; the rank is named when it differs from the scenario's, or ranks vary."""
-    def text(row) -> str:
-        if multi_ref:
-            return label(row.method, row.compressor) + f" (r={int(row.rank)})"
-        return label(row.method, row.compressor, row.rank, row.ref_rank)
     return text
 
 
