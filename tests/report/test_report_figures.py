@@ -5,6 +5,7 @@ and the summary's split into the figures that carry the claims and an appendix."
 from __future__ import annotations
 
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -29,6 +30,7 @@ def built(tmp_path_factory):
     """The synthetic tree plus hilo_distill's special variants: a second budget, the overlap mode, and
     time-only runs on the LTE-like trace (one evaluation each; their twins ran at 10 Mbit/s)."""
     root = make_results(tmp_path_factory.mktemp("figures"))
+    shutil.rmtree(root / "runs" / "grid_hilo")   # the rate x rank grid adds no figure kind, only time
     for seed in (0, 1):
         write_onpolicy(root, "hilo_distill", "tc", _spec("hilo_spar_b005_10mbit", "hilo_spar", 0.005), 10, seed)
         write_onpolicy(root, "hilo_distill", "tc", _spec("hilo_spar_stale_10mbit", "hilo_spar"), 10, seed,
