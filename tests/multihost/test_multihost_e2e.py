@@ -138,3 +138,21 @@ def test_a_sigkilled_agent_fails_the_run_everywhere_and_nothing_is_left(kernel_b
         assert _left(procs) == []
         meta = json.loads((_run_dir(tmp_path / "multi", "smoke_hilo", "hilo_spar") / "run.json").read_text())
         assert meta["status"] == "failed" and "h2" in meta["reason"], meta["reason"]
+
+
+@pytest.mark.emulated
+@pytest.mark.e2e
+def test_userspace_across_hosts_runs_unshaped_by_the_kernel_and_says_so(kernel_backend, tmp_path):
+    """Where agents may not shape (no CAP_NET_ADMIN), net.backend=userspace: the hosts' own network,
+    paced by the transport, no overlay and no calibration, labelled in run.json and every row."""
+    with stand_in_hosts(3) as hosts:
+        procs = _agents(hosts, ["scenario=smoke_hilo", "only=[hilo_spar]", "net.backend=userspace"], tmp_path)
+        codes = [p.wait(timeout=900) for p in procs]
+        assert codes == [0, 0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+        assert _left(procs) == []
+    run = _run_dir(tmp_path / "multi", "smoke_hilo", "hilo_spar")
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["backend"] == "userspace" and "NO kernel shaping" in meta["backend_reason"]
+    assert meta["calibration"] == [] and meta["overlays"] == {}
+    rows, _ = _hub(run)
+    assert set(rows["backend"]) == {"userspace"} and set(rows["host"]) == {"h0", "h1", "h2"}
