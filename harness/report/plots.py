@@ -91,10 +91,10 @@ def headline(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[float]]:
     ones); returns them and the other budgets left to the frontier figure."""
     main = main_budget(frame)
     if "budget_frac" not in frame or np.isnan(main):
-        return frame, []
+        return frame.copy(), []
     budget = frame["budget_frac"].round(6)
     keep = budget.isna() | (budget == round(main, 6))
-    return frame[keep], sorted(set(frame.loc[~keep, "budget_frac"].dropna().round(6)))
+    return frame[keep].copy(), sorted(set(frame.loc[~keep, "budget_frac"].dropna().round(6)))
 
 
 def config_keys(frame: pd.DataFrame, within: list[str]) -> list[str]:
