@@ -25,9 +25,8 @@ def root(tmp_path, monkeypatch):
 
 
 def _task(split: str):
-    from harness.tasks.onpolicy import OnPolicyTask
-    from harness.tasks.tokenizer import Tokenizer  # noqa: F401 - the tokenizer of the tiny model
     from harness.tasks import build_tokenizer
+    from harness.tasks.onpolicy import OnPolicyTask
 
     tok = build_tokenizer({"name": "tiny"})
     return OnPolicyTask({"digits": 2, "ops": ["+", "-"], "eval_split": split, "max_new_tokens": 6}, tok)
