@@ -120,12 +120,14 @@ def learner_steps(run_dir: Path, role: str = "learner") -> int:
         return 0
 
 
-def spawn_harness(overrides: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
-    """Start ``python -m harness OVERRIDES`` as a child (its own session), output to ``log``."""
-    with open(log, "wb") as out:
+def spawn_harness(overrides: list[str], log: Path, env: dict | None = None,
+                  stderr_log: Path | None = None) -> subprocess.Popen:
+    """Start ``python -m harness OVERRIDES`` as a child (its own session), output to ``log``
+    (stderr too, unless ``stderr_log`` names a file of its own)."""
+    with open(log, "wb") as out, open(stderr_log or os.devnull, "wb") as err:
         return subprocess.Popen([sys.executable, "-m", "harness", *overrides], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})})
+                                stdout=out, stderr=err if stderr_log else subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})})
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
