@@ -86,6 +86,7 @@ class ChatConfig:
     system: Optional[str] = None     # system message; None: the chat template's default
     student_bits: int = 3            # distill student: bits per decoder weight (harness/tasks/chat_student.py); lower => weaker
     student_group: int = 32          # weights per quantisation group (min-max, round to nearest)
+    sft_target: str = "answer"       # federated SFT labels: answer ("22") | equation ("17 + 5 = 22"), then eos
 
 
 @dataclass

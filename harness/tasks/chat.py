@@ -28,7 +28,8 @@ Modes (``task.name``), the same losses as the synthetic tasks (harness.tasks.onp
   student is the same model with every decoder linear weight rounded to ``task.chat.student_bits``
   bits per group of ``task.chat.student_group`` weights (round-to-nearest, min-max per group).
 - ``federated``: SFT data for the federated side (ChatSFTTask): clients fine-tune on the
-  answer tokens (the digits and eos) after the chat prompt, split non-IID over the
+  answer tokens after the chat prompt (``task.chat.sft_target``: ``answer``, the digits and
+  eos; or ``equation``, "17 + 5 = 22" and eos, the form the model replies in), split non-IID over the
   categories ``(op, hard)`` (``hard``: a carry or borrow) like the synthetic federated task.
 
 Metrics: ``accuracy`` (greedy, the rule above) on held-out problems, ``reward`` or
@@ -54,6 +55,7 @@ from harness.tasks.tokenizer import Tokenizer
 OPS = ("+", "-", "*")
 OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
 SPLITS = ("train", "validation", "test")
+SFT_TARGETS = ("answer", "equation")     # what the SFT labels write: "22" | "17 + 5 = 22" (digits, then eos)
 EVAL_PERCENT = 10            # test: the lowest 10% of the hash
 VALIDATION_PERCENT = 10      # validation: the next 10%
 MAX_OPERANDS = 1000          # high - low + 1 at most (the splits are enumerated)
@@ -93,6 +95,7 @@ class ChatSpec:
     words: bool
     instruction: str
     system: str | None
+    sft_target: str = "answer"
 
     @classmethod
     def from_cfg(cls, task_cfg: Mapping) -> "ChatSpec":
@@ -107,8 +110,12 @@ class ChatSpec:
         if bad or not ops:
             raise ConfigError(f"task.ops: {list(ops)!r} is not allowed; choose a non-empty subset of {list(OPS)}")
         system = chat.get("system")
+        target = str(chat.get("sft_target", "answer"))
+        if target not in SFT_TARGETS:
+            raise ConfigError(f"task.chat.sft_target: {target!r} is not allowed; choose one of {', '.join(SFT_TARGETS)}")
         return cls(low, high, ops, bool(chat.get("words", False)),
-                   str(chat.get("instruction", "Answer with the number only.")), None if system is None else str(system))
+                   str(chat.get("instruction", "Answer with the number only.")), None if system is None else str(system),
+                   target)
 
     # -- problems and splits -------------------------------------------------------------------
     def answers(self, p: Problems) -> torch.Tensor:
@@ -162,6 +169,14 @@ class ChatSpec:
         else:
             body = f"{a} {sym} {b}"
         return f"What is {body}?" + (f" {self.instruction}" if self.instruction else "")
+
+    def target_text(self, p: Problems) -> list[str]:
+        """The SFT label text per problem: the answer in digits ("22"), or with ``sft_target=
+        equation`` the question restated with it ("17 + 5 = 22"), as the model tends to reply."""
+        values = self.answers(p).tolist()
+        if self.sft_target == "answer":
+            return [str(v) for v in values]
+        return [f"{a} {OPS[o]} {b} = {v}" for a, o, b, v in zip(p.a.tolist(), p.op.tolist(), p.b.tolist(), values)]
 
     def messages(self, a: int, op: int, b: int) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system}] if self.system is not None else []
@@ -226,7 +241,7 @@ class ChatPrompts:
         """input_ids / attention_mask / labels [n, L]: chat prompt + answer digits + eos,
         right-padded; labels only on the answer and eos."""
         prompts = [self.ids(a, o, b) for a, o, b in zip(p.a.tolist(), p.op.tolist(), p.b.tolist())]
-        answers = [self.tok.encode(str(v)) + [self.tok.eos_id] for v in self.spec.answers(p).tolist()]
+        answers = [self.tok.encode(t) + [self.tok.eos_id] for t in self.spec.target_text(p)]
         width = max(len(x) + len(y) for x, y in zip(prompts, answers))
         ids, labels, attn = [], [], []
         for x, y in zip(prompts, answers):

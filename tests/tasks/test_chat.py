@@ -181,6 +181,18 @@ def test_sft_labels_are_the_answer_and_eos(ctok):
     assert torch.isfinite(loss)
 
 
+def test_sft_equation_target(ctok):
+    task = build_federated(chat_cfg(name="federated", chat={"sft_target": "equation"}), ctok, 2, seed=0)
+    batch = next(task.batches(0, 4))
+    for row, lab, attn in zip(batch["input_ids"], batch["labels"], batch["attention_mask"]):
+        q = task.chat.problems(row[(lab == -100) & (attn == 1)][None, :])
+        a, op, b = int(q.a[0]), int(q.op[0]), int(q.b[0])
+        answer = [t for t in lab.tolist() if t != -100]
+        assert ctok.decode(answer[:-1]) == f"{a} {'+-'[op]} {b} = {a + b if op == 0 else a - b}"
+    with pytest.raises(ConfigError, match="task.chat.sft_target"):
+        build_federated(chat_cfg(name="federated", chat={"sft_target": "essay"}), ctok, 2, seed=0)
+
+
 def test_sft_clients_are_disjoint_and_skip_held_out(ctok):
     task = build_federated(chat_cfg(name="federated", alpha=0.3), ctok, 4, seed=1)
     held = set()
