@@ -54,6 +54,8 @@ SPRA_HEADLINE = "spra,fedit,ffa,hetlora"
 SPRA_MORE = "spra_adamw,fedit_adamw"
 SPRA_CLAIMS = "spra_equal_uplink,spra_aref_linear,spra_aref_const,spra_no_resample"
 SPRA_ABLATIONS = "spra_const_lr,spra_sqrt_lr,spra_aref_sqrt,spra_t1,spra_t3"
+SPRA_AGGREGATION = ("spra_product,spra_product_const_lr,spra_r36,spra_const_lr_r36,spra_product_r36,"
+                    "spra_product_const_lr_r36")
 STEPS = (
     Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
     Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", FULL_SEEDS, f"only=[{HILO_HEADLINE}]"),
@@ -97,6 +99,18 @@ OPTIONAL = (
     Step("spra_ablations", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_ABLATIONS}]"),
          "the rest of SPRA's variance x lr-rule cross and its resampling sweep (T=1, 3), 3 seeds (~5.5 min)"),
     POPULATION,
+    Step("spar_allocation", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS,
+                             "only=[hilo_spar_normalized_10mbit,hilo_spar_preconditioned_10mbit]"),
+         "Spar's allocation ablation on the tiny model (normalized, preconditioned; energy is hilo_spar_10mbit), 3 seeds "
+         "(3 variants took 24 min at load 5-19)"),
+    Step("spar_allocation_errors", (PY, "-m", "harness.compress.bench", "--allocations", "--model", "tiny,wide",
+                                    "--seeds", "0,1,2", "--steps", "50", "--budgets", "0.016"),
+         "gradient and Adam-update errors of each Spar allocation at 1.6%, tiny and wide, 3 seeds, one process "
+         "(7 min at load ~10)"),
+    Step("spra_aggregation", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS,
+                              f"only=[{SPRA_AGGREGATION}]"),
+         "SPRA's aggregation ablation (product vs column, linear vs constant lr, 12 and 36 rounds), 3 seeds "
+         "(21 min at load 5-19)"),
 )
 FULL_ONLY = (
     Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", FULL_SEEDS),
