@@ -127,7 +127,10 @@ def test_quality_and_continuous_metric_carry_intervals(seeded):
 
 
 def _claim(claims, claim, where_has):
-    hit = claims[claims["claim"].str.startswith(claim) & claims["where"].str.contains(where_has, regex=False)]
+    """The one claim row whose text is ``claim`` (or, if none is, starts with it) and whose where has ``where_has``."""
+    here = claims[claims["where"].str.contains(where_has, regex=False)]
+    hit = here[here["claim"] == claim]
+    hit = hit if len(hit) else here[here["claim"].str.startswith(claim)]
     assert len(hit) == 1, (claim, where_has, claims[["claim", "where"]])
     return hit.iloc[0]
 

@@ -22,7 +22,12 @@ def test_option_files_validate(group, schema):
         data = OmegaConf.load(path)
         assert list(data.pop("defaults")) == [f"{group}_schema", "_self_"]
         cfg = OmegaConf.merge(OmegaConf.structured(schema), data)
-        assert cfg.name == path.stem
+        if group == "model" and cfg.name == "hf" and path.stem != "hf":
+            assert cfg.path, f"{path.name}: a preset of the hf source names its model.path"    # e.g. smollm2
+        elif group == "task" and cfg.get("format") == "chat":
+            assert path.stem == f"chat_{cfg.name}", f"{path.name}: a chat task file is chat_<mode>"
+        else:
+            assert cfg.name == path.stem
 
 
 def test_sections_take_overrides():
