@@ -25,7 +25,8 @@ def test_option_files_validate(group, schema):
         if group == "model" and cfg.name == "hf" and path.stem != "hf":
             assert cfg.path, f"{path.name}: a preset of the hf source names its model.path"    # e.g. smollm2
         elif group == "task" and cfg.get("format") == "chat":
-            assert path.stem == f"chat_{cfg.name}", f"{path.name}: a chat task file is chat_<mode>"
+            mode = {"federated": "sft"}.get(cfg.name, cfg.name)          # the federated task is SFT
+            assert path.stem == f"chat_{mode}", f"{path.name}: a chat task file is chat_<mode>"
         else:
             assert cfg.name == path.stem
 
