@@ -1,0 +1,70 @@
+"""The compressor bench on a real chat model's LoRA gradients (``--model hf:PATH``), here on the
+tiny self-built chat model of tests/tasks/chat_model.py (1 layer, hidden 32): 2 SFT steps, one
+LoRA rank, one budget. The 135M SmolLM2 never runs in a test."""
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.compress import bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tasks"))
+from chat_model import save_chat_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def chat_dir(tmp_path_factory) -> Path:
+    return save_chat_model(tmp_path_factory.mktemp("chat") / "model")
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_gradients_follow_an_adamw_trajectory(chat_dir):
+    torch.set_num_threads(1)
+    grads = bench.chat_gradients(str(chat_dir), steps=2, warmup=0, rank=4)
+    names = sorted(grads[0])
+    assert len(names) == 14                                    # 7 linear layers x (A, B), 1 decoder layer
+    a_names = [n for n in names if "lora_A" in n]
+    # B = 0 at initialisation, so the first gradient of every A is zero; AdamW's first step moves B,
+    # so the second gradient reaches A: the stream is consecutive steps of one run, not 2 fresh draws
+    assert all(float(grads[0][n].abs().max()) == 0.0 for n in a_names)
+    assert all(float(grads[1][n].abs().max()) > 0.0 for n in a_names)
+    assert all(float(grads[0][n].abs().max()) > 0.0 for n in names if "lora_B" in n)
+    assert tuple(grads[0]["base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"].shape) == (4, 32)
+
+
+def test_real_model_table_ranks_and_plot(chat_dir, tmp_path):
+    out, plot = tmp_path / "real.csv", tmp_path / "ranks.png"
+    rc = bench.main(["--model", f"hf:{chat_dir}", "--rank", "4", "--steps", "2", "--warmup", "1",
+                     "--budgets", "0.5", "--csv", str(out), "--plot", str(plot)])
+    assert rc == 0
+    rows = _read(out)
+    assert [r["compressor"].split("[")[0] for r in rows] == list(bench.REAL_VARIANTS)
+    assert {(r["model"], r["lora_rank"], r["steps"], r["budget"]) for r in rows} == {(f"hf:{chat_dir}", "4", "2", "0.5")}
+    ran = [r for r in rows if r["bytes"] != "nan"]
+    assert {r["compressor"] for r in ran} >= {"spar", "topk", "randk"}
+    for r in ran:                                              # every lossy row within its budget
+        assert float(r["bytes"]) <= int(r["budget_bytes"]) and 0 <= float(r["err_1"]) < 1
+    for r in rows:
+        if r["bytes"] == "nan":                                # n/a says why (e.g. rank 4 does not fit)
+            assert r["note"]
+    ranks = _read(tmp_path / "real_spar_ranks.csv")
+    assert len(ranks) == 2 * 14                                # one row per (step, matrix)
+    assert {r["part"] for r in ranks} == {"A", "B"} and {r["layer"] for r in ranks} == {"0"}
+    assert set(r["module"] for r in ranks) == set(bench.TARGETS)
+    assert all(0 <= int(r["k"]) <= 4 for r in ranks) and any(int(r["k"]) > 0 for r in ranks)
+    assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_real_model_input_is_one_line_exit_2(tmp_path, capsys):
+    assert bench.main(["--model", f"hf:{tmp_path / 'missing'}"]) == 2
+    assert bench.main(["--model", f"hf:{tmp_path}", "--rank", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("--model:") and err[1].startswith("--rank:")
