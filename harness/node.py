@@ -622,21 +622,26 @@ def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
 
 def launch_everywhere(agent: Agent, run: Planned, payload: dict, master_addr: str, master_port: int,
                       progress: bool) -> tuple[str, str, dict]:
-    """Every host starts its roles; the first failure anywhere stops them all."""
+    """Every host starts its roles; the first failure anywhere stops them all.
+
+    The reason names a dead agent before any other failure: when an agent is SIGKILLed its roles
+    die with it, and the roles on the other hosts fail on their broken connections at about the
+    same moment; which of those is heard first is a race, the agent's death is the cause."""
     trace_t0 = time.time()
     agent.broadcast({"op": "launch", "master_addr": master_addr, "master_port": master_port, "trace_t0": trace_t0})
     start_roles(agent, run, payload, master_addr, master_port, trace_t0)
     results: dict[str, dict] = {}
-    first: list[str] = []
+    first: list[tuple[int, str]] = []              # (0 for a dead agent, else 1; the reason), in the order heard
 
     def hear(host: int) -> None:
         msg = agent.lines[host].recv()
-        if msg is None:
+        died = msg is None
+        if died:
             msg = {"op": "done", "host": agent.names[host], "status": "failed",
                    "reason": f"the agent on {agent.names[host]} died (its control connection closed)"}
         results[agent.names[host]] = msg
         if msg["status"] != "ok":
-            first.append(f"host {agent.names[host]}: {msg['reason']}")
+            first.append((0 if died else 1, f"host {agent.names[host]}: {msg['reason']}"))
             kill_roles(agent)
             agent.broadcast({"op": "stop"})
 
@@ -645,16 +650,16 @@ def launch_everywhere(agent: Agent, run: Planned, payload: dict, master_addr: st
         t.start()
     status, reason = watch_roles(agent, run, progress)
     if status != "ok":
-        first.append(f"host {agent.me.name}: {reason}")
+        first.append((1, f"host {agent.me.name}: {reason}"))
         agent.broadcast({"op": "stop"})
     for t in threads:
         t.join(timeout=run.plan.hang_timeout_s + 60)
     agent.broadcast({"op": "stop"})                  # releases the others' listeners
     results[agent.me.name] = local_result(agent, status, reason)
     if any(t.is_alive() for t in threads):
-        first.append("some host never reported the end of its roles")
+        first.append((1, "some host never reported the end of its roles"))
     if first:
-        return "failed", first[0], results
+        return "failed", min(first, key=lambda f: f[0])[1], results      # min keeps the earliest of a priority
     return "ok", "", results
 
 
