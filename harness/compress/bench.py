@@ -245,7 +245,7 @@ class RankRow:
     lora_rank: int
     budget: float
     step: int
-    matrix: str                     # the parameter's name
+    matrix: str                     # "L<layer> <module> <A|B>" (the parameter's name where it has no layer)
     layer: int                      # decoder layer index (-1: none in the name)
     module: str                     # q_proj ... down_proj
     part: str                       # A or B
@@ -319,7 +319,8 @@ def rank_rows(model: str, lora_rank: int, budget: float, ranks: list[dict[str, i
         for name, k in alloc.items():
             m = _MATRIX.search(name)
             layer, module, part = (int(m.group(1)), m.group(2), m.group(3)) if m else (-1, name, "")
-            out.append(RankRow(model, lora_rank, budget, step, name, layer, module, part, int(k)))
+            short = f"L{layer} {module} {part}" if m else name
+            out.append(RankRow(model, lora_rank, budget, step, short, layer, module, part, int(k)))
     return out
 
 

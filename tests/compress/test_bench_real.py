@@ -58,7 +58,7 @@ def test_real_model_table_ranks_and_plot(chat_dir, tmp_path):
     ranks = _read(tmp_path / "real_spar_ranks.csv")
     assert len(ranks) == 2 * 14                                # one row per (step, matrix)
     assert {r["part"] for r in ranks} == {"A", "B"} and {r["layer"] for r in ranks} == {"0"}
-    assert set(r["module"] for r in ranks) == set(bench.TARGETS)
+    assert {r["matrix"] for r in ranks} == {f"L0 {m} {p}" for m in bench.TARGETS for p in "AB"}
     assert all(0 <= int(r["k"]) <= 4 for r in ranks) and any(int(r["k"]) > 0 for r in ranks)
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
