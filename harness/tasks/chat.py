@@ -47,8 +47,9 @@ from harness.errors import ConfigError
 from harness.seeds import derive
 from harness.tasks.arith import Problems
 from harness.tasks.data import IGNORE, sft_loss
+from harness.tasks.federated import ClientData
 from harness.tasks.models import plain
-from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask
+from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask, frozen_teacher
 from harness.tasks.rollouts import Rollouts, prompt_mask, sample
 from harness.tasks.tokenizer import Tokenizer
 
@@ -356,11 +357,7 @@ class ChatDistillTask(ChatTask):
 
     def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, teacher) -> None:
         super().__init__(task_cfg, tokenizer)
-        if teacher is None:
-            raise ConfigError("task.name: 'distill' needs a teacher model (build_task(..., teacher=load_base('teacher', ...)))")
-        self.teacher = teacher.eval()
-        for p in self.teacher.parameters():
-            p.requires_grad_(False)
+        self.teacher = frozen_teacher(teacher)
 
 
 def build_chat_task(task_cfg: Mapping, tokenizer: Tokenizer, teacher=None, sampler: bool = False) -> ChatTask:
@@ -377,19 +374,6 @@ def build_chat_task(task_cfg: Mapping, tokenizer: Tokenizer, teacher=None, sampl
 
 
 # -- the federated side: SFT on the answer tokens ------------------------------------------------
-@dataclass(frozen=True)
-class ChatClientData:
-    """One client's problems and their category indices (``ChatSFTTask.categories``)."""
-    problems: Problems
-    categories: torch.Tensor
-
-    def __len__(self) -> int:
-        return len(self.problems)
-
-    def counts(self, n_categories: int) -> list[int]:
-        return torch.bincount(self.categories, minlength=n_categories).tolist()
-
-
 class ChatSFTTask:
     """K clients' non-IID SFT data of the chat task (FederatedTask's interface).
 
@@ -421,14 +405,14 @@ class ChatSFTTask:
         cats = self.spec.category(self.pool)
         idx = dirichlet_split(cats, len(self.categories), self.sizes, float(cfg.get("alpha", 0.5)),
                               derive("federated-split", seed))
-        self.clients = [ChatClientData(Problems(self.pool.a[i], self.pool.op[i], self.pool.b[i]), cats[i]) for i in idx]
+        self.clients = [ClientData(Problems(self.pool.a[i], self.pool.op[i], self.pool.b[i]), cats[i]) for i in idx]
         split = eval_split(cfg)
         n_eval = int(cfg.get("validation_prompts", 256) if split == "validation" else cfg.get("eval_prompts", 128))
         self.eval_problems = held_out(self.spec, split, n_eval)
         self.eval_batch = self.chat.sft_batch(self.eval_problems)
         self.max_new_tokens = int(cfg.get("max_new_tokens", 16))
 
-    def client_data(self, k: int) -> ChatClientData:
+    def client_data(self, k: int) -> ClientData:
         if not 0 <= k < len(self.clients):
             raise IndexError(f"client {k}: there are {len(self.clients)} clients")
         return self.clients[k]

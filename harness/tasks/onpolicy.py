@@ -137,17 +137,23 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
+def frozen_teacher(teacher):
+    """The teacher in eval mode with no gradients; a ConfigError when a distill task has none."""
+    if teacher is None:
+        raise ConfigError("task.name: 'distill' needs a teacher model (build_task(..., teacher=load_base('teacher', ...)))")
+    teacher = teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
 class DistillTask(OnPolicyTask):
     """On-policy distillation: per-token reverse KL to a frozen teacher (module doc)."""
     name = "distill"
 
     def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, teacher) -> None:
         super().__init__(task_cfg, tokenizer)
-        if teacher is None:
-            raise ConfigError("task.name: 'distill' needs a teacher model (build_task(..., teacher=load_base('teacher', ...)))")
-        self.teacher = teacher.eval()
-        for p in self.teacher.parameters():
-            p.requires_grad_(False)
+        self.teacher = frozen_teacher(teacher)
 
     def token_kl(self, policy, r: Rollouts) -> torch.Tensor:
         """[N, T] reverse KL(student || teacher) in nats at each completion position."""

@@ -91,12 +91,7 @@ def generate(model, prompts: torch.Tensor, mask: torch.Tensor, max_new_tokens: i
     done = torch.zeros(n, dtype=torch.bool, device=device)
     toks, lps, alive = [], [], []
     for t in range(max_new_tokens):
-        if generator is None:
-            logp = torch.log_softmax(logits, -1)
-            tok = logp.argmax(-1)
-        else:
-            logp = torch.log_softmax(logits / temperature, -1)
-            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+        logp, tok = _next_token(logits, temperature, generator)
         lp = logp.gather(1, tok[:, None]).squeeze(1)
         keep = ~done
         toks.append(torch.where(keep, tok, torch.full_like(tok, pad_id)))
@@ -111,6 +106,16 @@ def generate(model, prompts: torch.Tensor, mask: torch.Tensor, max_new_tokens: i
                     use_cache=True, **{_cache_kw(model): past})
         past, logits = _cache_of(out), out.logits[:, -1].float()
     return torch.stack(toks, 1).cpu(), torch.stack(alive, 1).cpu(), torch.stack(lps, 1).cpu()
+
+
+def _next_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probabilities, next token) of each row: greedy without a generator, else a draw at ``temperature``."""
+    if generator is None:
+        logp = torch.log_softmax(logits, -1)
+        return logp, logp.argmax(-1)
+    logp = torch.log_softmax(logits / temperature, -1)
+    return logp, torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
 
 
 @torch.no_grad()
@@ -148,12 +153,7 @@ def sample(model, prompts: torch.Tensor, mask: torch.Tensor, max_new_tokens: int
     length = torch.zeros(n, dtype=torch.long, device=device)
     steps = 0
     for t in range(max_new_tokens):
-        if generator is None:
-            logp = torch.log_softmax(logits, -1)
-            tok = logp.argmax(-1)
-        else:
-            logp = torch.log_softmax(logits / temperature, -1)
-            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+        logp, tok = _next_token(logits, temperature, generator)
         toks[live, t] = tok
         lps[live, t] = logp.gather(1, tok[:, None]).squeeze(1)
         length[live] = t + 1
