@@ -54,13 +54,18 @@ def _hub(run: Path):
     return rows, rows[rows["role"].isin(["learner", "server"])].sort_values("step")
 
 
-def test_bad_placement_is_one_line_and_exit_2(tmp_path):
-    for args, words in ((["placement.source=hostfile", f"placement.hostfile={tmp_path / 'none'}"], "cannot be read"),
-                        (["placement.source=star"], "gives one host")):
-        done = subprocess.run([sys.executable, "-m", "harness.node", "scenario=smoke_hilo", "only=[hilo_spar]", *args],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
-        assert done.returncode == 2 and words in done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys):
+    """One real command for the exit status and the single line; the other case through main() in-process."""
+    from harness.node import main
+
+    done = subprocess.run([sys.executable, "-m", "harness.node", "scenario=smoke_hilo", "only=[hilo_spar]",
+                           "placement.source=hostfile", f"placement.hostfile={tmp_path / 'none'}"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and "cannot be read" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert main(["scenario=smoke_hilo", "only=[hilo_spar]", "placement.source=star"]) == 2
+    err = capsys.readouterr().err
+    assert "gives one host" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.emulated
@@ -68,7 +73,7 @@ def test_bad_placement_is_one_line_and_exit_2(tmp_path):
 def test_a_host_that_never_comes_is_named_and_nothing_is_built(kernel_backend, tmp_path):
     with stand_in_hosts(3) as hosts:
         procs = _agents(hosts, ["scenario=smoke_hilo", "only=[hilo_spar]"], tmp_path, ranks=(0, 1),
-                        NARROWBAND_CONNECT_TIMEOUT_S="60")   # agent 1 plans as slowly as agent 0 does
+                        NARROWBAND_CONNECT_TIMEOUT_S="30")   # agent 1 plans as slowly as agent 0 does
         seen: set[str] = set()
         while any(p.poll() is None for p in procs):
             seen |= {n.name for n in list_ours() if n.owner in {str(p.pid) for p in procs} and n.role != "caps"}
@@ -78,39 +83,6 @@ def test_a_host_that_never_comes_is_named_and_nothing_is_built(kernel_backend, t
             text = (tmp_path / f"agent{i}.log").read_text()
             assert "host h2: its agent did not connect" in text, text
         assert seen == set() and _left(procs) == []
-
-
-@pytest.mark.emulated
-@pytest.mark.e2e
-def test_three_hosts_give_the_star_bytes_and_quality_and_leave_nothing(kernel_backend, tmp_path):
-    for scenario, variant in (HILO, SPRA):
-        star = subprocess.run([sys.executable, "-m", "harness", f"scenario={scenario}", f"only=[{variant}]",
-                               f"out_dir={tmp_path / 'star'}", "progress=false"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=600)
-        assert star.returncode == 0, star.stdout[-2000:] + star.stderr[-2000:]
-        with stand_in_hosts(3) as hosts:
-            procs = _agents(hosts, [f"scenario={scenario}", f"only=[{variant}]"], tmp_path)
-            codes = [p.wait(timeout=900) for p in procs]
-            assert codes == [0, 0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
-            assert _left(procs) == []
-        one, many = _run_dir(tmp_path / "star", scenario, variant), _run_dir(tmp_path / "multi", scenario, variant)
-        meta = json.loads((many / "run.json").read_text())
-        assert meta["status"] == "ok" and meta["multihost"] and [h["name"] for h in meta["placement"]["hosts"]] == ["h0", "h1", "h2"]
-        roles = len(meta["placement"]["roles"])
-        assert len(meta["calibration"]) == 2 * (roles - 1)                       # hub <-> each node, both ways
-        assert all(abs(c["ratio"] - 1) <= 0.10 for c in meta["calibration"]), meta["calibration"]
-        (rows1, hub1), (rowsn, hubn) = _hub(one), _hub(many)
-        assert set(rowsn["host"]) == {"h0", "h1", "h2"} and set(rows1["host"]) == {"local"}
-        quality = [c for c in ("accuracy", "reverse_kl", "eval_loss") if c in hub1 and hub1[c].notna().any()]
-        assert quality and [hub1[c].dropna().iloc[-1] for c in quality] == [hubn[c].dropna().iloc[-1] for c in quality]
-        if scenario == "smoke_hilo":      # the compressed update each worker receives
-            assert list(hub1["payload_bytes_down"].dropna()) == list(hubn["payload_bytes_down"].dropna())
-        else:                             # the clients' tensors; their frames carry timings (a few bytes vary)
-            key = ["role", "step"]
-            a = rows1[rows1["role"] != "server"].sort_values(key)
-            b = rowsn[rowsn["role"] != "server"].sort_values(key)
-            assert list(a["tensor_bytes_up"]) == list(b["tensor_bytes_up"])
-            assert (abs(a["payload_bytes_up"].to_numpy() - b["payload_bytes_up"].to_numpy()) <= 16).all()
 
 
 @pytest.mark.emulated
