@@ -107,6 +107,10 @@ OPTIONAL = (
                                     "--seeds", "0,1,2", "--steps", "50", "--budgets", "0.016"),
          "gradient and Adam-update errors of each Spar allocation at 1.6%, tiny and wide, 3 seeds, one process "
          "(7 min at load ~10)"),
+    Step("compress_real", (PY, "-m", "harness.compress.bench", "--model", "smollm2", "--rank", "16,8,64", "--steps",
+                           "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv"),
+         "compressors on SmolLM2-135M's LoRA gradients (the chat SFT task) at r=16, 8, 64 and 0.5/1.6/5%, one process "
+         "(17 min at load 3-8; not in the reference: with it make bench would pass 60 min)"),
     Step("spra_aggregation", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS,
                               f"only=[{SPRA_AGGREGATION}]"),
          "SPRA's aggregation ablation (product vs column, linear vs constant lr, 12 and 36 rounds), 3 seeds "
