@@ -108,7 +108,8 @@ OPTIONAL = (
          "gradient and Adam-update errors of each Spar allocation at 1.6%, tiny and wide, 3 seeds, one process "
          "(7 min at load ~10)"),
     Step("compress_real", (PY, "-m", "harness.compress.bench", "--model", "smollm2", "--rank", "16,8,64", "--steps",
-                           "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv"),
+                           "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv",
+                           "--plot", "results/plots/spar_ranks_real.png"),
          "compressors on SmolLM2-135M's LoRA gradients (the chat SFT task) at r=16, 8, 64 and 0.5/1.6/5%, one process "
          "(17 min at load 3-8; not in the reference: with it make bench would pass 60 min)"),
     Step("spra_aggregation", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS,
