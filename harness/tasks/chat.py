@@ -47,7 +47,7 @@ from harness.errors import ConfigError
 from harness.seeds import derive
 from harness.tasks.arith import Problems
 from harness.tasks.data import IGNORE, sft_loss
-from harness.tasks.federated import ClientData
+from harness.tasks.federated import ClientData, client_batches
 from harness.tasks.models import plain
 from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask, frozen_teacher
 from harness.tasks.rollouts import Rollouts, prompt_mask, sample
@@ -420,16 +420,7 @@ class ChatSFTTask:
     def batches(self, k: int, batch_size: int | None = None,
                 generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """Endless iterator of client k's SFT batches (shuffled epochs by ``generator``)."""
-        data = self.client_data(k)
-        bs = int(batch_size or self.cfg.get("batch_size", 16))
-        if bs < 1:
-            raise ConfigError(f"task.batch_size: {bs} must be >= 1")
-        gen = generator or torch.Generator().manual_seed(derive("batches", self.seed, k))
-        while True:
-            order = torch.randperm(len(data), generator=gen)
-            for i in range(0, len(data), bs):
-                j = order[i:i + bs]
-                yield self.chat.sft_batch(Problems(data.problems.a[j], data.problems.op[j], data.problems.b[j]))
+        return client_batches(self, k, self.chat.sft_batch, batch_size, generator)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mean next-token cross-entropy (nats/token) on the batch's answer tokens."""

@@ -52,6 +52,23 @@ class ClientData:
         return torch.bincount(self.categories, minlength=n_categories).tolist()
 
 
+def client_batches(task, k: int, encode, batch_size: int | None = None,
+                   generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """Endless shuffled epochs of ``task.client_data(k)``'s problems, ``encode``d a batch at a time
+    (the last batch of an epoch may be smaller); ``task.batch_size`` by default, seeded by
+    (task.seed, k) unless ``generator`` is given. Shared by the synthetic and the chat tasks."""
+    data = task.client_data(k)
+    bs = int(batch_size or task.cfg.get("batch_size", 16))
+    if bs < 1:
+        raise ConfigError(f"task.batch_size: {bs} must be >= 1")
+    gen = generator or torch.Generator().manual_seed(derive("batches", task.seed, k))
+    while True:
+        order = torch.randperm(len(data), generator=gen)
+        for i in range(0, len(data), bs):
+            j = order[i:i + bs]
+            yield encode(Problems(data.problems.a[j], data.problems.op[j], data.problems.b[j]))
+
+
 def dirichlet_split(categories: torch.Tensor, n_categories: int, sizes: list[int], alpha: float,
                     seed: int) -> list[torch.Tensor]:
     """Indices into the pool for each client (module doc); disjoint, deterministic in seed."""
@@ -151,17 +168,7 @@ class FederatedTask:
                 generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """Endless iterator of client k's SFT batches (input_ids, attention_mask, labels):
         shuffled epochs (by ``generator``), the last batch of an epoch may be smaller."""
-        data = self.client_data(k)
-        bs = int(batch_size or self.cfg.get("batch_size", 16))
-        if bs < 1:
-            raise ConfigError(f"task.batch_size: {bs} must be >= 1")
-        gen = generator or torch.Generator().manual_seed(derive("batches", self.seed, k))
-        while True:
-            order = torch.randperm(len(data), generator=gen)
-            for i in range(0, len(data), bs):
-                j = order[i:i + bs]
-                yield sft_batch(self.tok, self.lang, Problems(data.problems.a[j], data.problems.op[j],
-                                                              data.problems.b[j]))
+        return client_batches(self, k, lambda p: sft_batch(self.tok, self.lang, p), batch_size, generator)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mean next-token cross-entropy (nats/token) on the batch's answer tokens."""
