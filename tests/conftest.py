@@ -10,6 +10,17 @@ from typing import Callable
 import pytest
 
 
+def pytest_configure(config):
+    """One intra-op thread in each test process. `make test` runs two pytest-xdist workers on CI's 2
+    cores; at torch's default (a thread per core in each) they oversubscribe the cores twice over and
+    OpenMP's waiting threads spin (measured: the pure tiers of tests/compress and tests/onpolicy used
+    40 s of CPU at the default, 26 s at one thread, same tests passing). The role processes the tests
+    start are not affected: each sets its own count (harness.cluster.launch.ROLE_THREADS)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def emulation_skip_reason() -> str | None:
     """Why real namespaces and kernel shaping cannot be used here (None when they can)."""
     from netem.caps import probe
