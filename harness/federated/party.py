@@ -27,6 +27,7 @@ class Party:
     task: Any                    # harness.tasks FederatedTask
     setup: fm.Setup
     device: str
+    source: Any = None           # the plan's ModelSource it was loaded from (None: resolved from the config)
 
     @property
     def targets(self) -> list[Target]:
@@ -34,27 +35,29 @@ class Party:
 
 
 def build_party(cfg: dict, settings: Settings, rank: int, device: str = "cpu", *,
-                task: Any = None, base: Any = None) -> Party:
+                task: Any = None, base: Any = None, source: Any = None) -> Party:
     """Load the student base, wrap it with LoRA at ``rank`` (A and B zero: set by the method).
 
     ``task`` and ``base`` (a plain transformers model, used as is) replace the configured
     ones in tests; normally every party loads the cached student and builds the task.
+    ``source``: the RunPlan's ``model_source``: the student is loaded from the folder it names
+    (None: resolved from ``cfg``, for a party built from a bare config).
     """
     from harness.tasks import make_lora
 
     model_cfg, task_cfg = cfg["model"], cfg["task"]
     if base is None:
         from harness.tasks import load_base
-        base = load_base("student", model_cfg, task_cfg, progress=False)
+        base = load_base("student", model_cfg, task_cfg, progress=False, source=source)
     model = make_lora(base, rank=int(rank), alpha=model_cfg.get("alpha"), targets=list(model_cfg["targets"]),
                       init="zeros", seed=settings.seed).to(device)
     adapter = Adapter(model, a_var_rank=settings.a_var_rank)
     if task is None:
         from harness.tasks import build_federated, build_tokenizer
-        task = build_federated(task_cfg, build_tokenizer(model_cfg), settings.clients, settings.seed)
+        task = build_federated(task_cfg, build_tokenizer(model_cfg, source), settings.clients, settings.seed)
     setup = fm.Setup(targets=adapter.targets, ranks=list(settings.ranks), seed=settings.seed,
                      resample_every=settings.resample_every, aggregation=settings.aggregation)
-    return Party(settings, model, adapter, task, setup, device)
+    return Party(settings, model, adapter, task, setup, device, source)
 
 
 class Bases:

@@ -182,7 +182,8 @@ class Identities:
         s = self.first.settings
         rank = s.ranks[k]
         if rank not in self.parties:
-            self.parties[rank] = build_party(self.ctx.cfg, s, rank, device=self.ctx.device, task=self.first.task)
+            self.parties[rank] = build_party(self.ctx.cfg, s, rank, device=self.ctx.device, task=self.first.task,
+                                             source=self.first.source)
         client = Client(self.parties[rank], k, self.trains_a)
         for _ in range(uses * s.local_steps):     # k's batch stream, where its last round left it
             next(client.batches)

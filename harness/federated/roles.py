@@ -13,6 +13,7 @@ from harness.federated import methods
 from harness.federated.party import build_party
 from harness.federated.settings import Settings, from_cfg
 from harness.tasks.cache import ensure_pretrained
+from harness.tasks.source import of_plan
 
 # Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
 # of a role's start-up is importing these.
@@ -30,10 +31,11 @@ def main(ctx: Any) -> None:
     if ctx.world_size != processes:
         raise ValueError(f"federated: {processes - 1} {'executors' if pop else 'clients'} need {processes} processes, "
                          f"the cluster has {ctx.world_size}")
-    ensure_pretrained(ctx.cfg, ctx.rank, beat=ctx.progress)   # rank 0 builds a missing base, with heartbeats
+    source = of_plan(plan)                        # where the bases are: decided once, by the plan
+    ensure_pretrained(ctx.cfg, ctx.rank, beat=ctx.progress, source=source)   # rank 0 builds a missing base
     # a population: rank 0 serves, the others execute sampled clients, starting at client 0's rank (pool.py)
     rank = settings.r_max if ctx.rank == 0 else settings.ranks[0 if pop is not None else ctx.rank - 1]
-    party = build_party(ctx.cfg, settings, rank, device=ctx.device)
+    party = build_party(ctx.cfg, settings, rank, device=ctx.device, source=source)
     method = methods.build(settings.method, party.setup)
     if pop is not None:
         from harness.federated import pool

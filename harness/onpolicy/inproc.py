@@ -103,12 +103,14 @@ def run_in_threads(cfg: dict, run_dir: Path, keys: dict[str, Any] | None = None,
     from harness.onpolicy.roles import run_learner, run_worker
     from harness.onpolicy.setup import build_setup, role_plan
     from harness.tasks.cache import ensure_pretrained
+    from harness.tasks.source import of_plan
 
     op_plan = role_plan(cfg, plan)
     world = op_plan.workers + 1
     names = role_names(op_plan.workers)
     keys = keys or {"run_id": "inproc", "method": op_plan.method, "seed": op_plan.seed}
-    ensure_pretrained(cfg, 0)                        # the cached bases, built once before any role starts
+    source = of_plan(plan)                           # the plan's model_source (None: resolved from cfg)
+    ensure_pretrained(cfg, 0, source=source)         # the cached bases, built once before any role starts
     threads_before = torch.get_num_threads()
     torch.set_num_threads(ROLE_THREADS)              # the bits of training depend on the thread count
     boxes = {(a, b): queue.Queue() for a in range(world) for b in range(world) if a != b}
@@ -117,7 +119,7 @@ def run_in_threads(cfg: dict, run_dir: Path, keys: dict[str, Any] | None = None,
     setups = []
     try:
         for rank in range(world):                    # one after another: make_lora seeds the global generator
-            setup = build_setup(cfg, "learner" if rank == 0 else "worker", "cpu", plan=op_plan)
+            setup = build_setup(cfg, "learner" if rank == 0 else "worker", "cpu", plan=op_plan, source=source)
             setup.sync.warm_up()
             setups.append(setup)
 

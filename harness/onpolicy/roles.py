@@ -78,6 +78,7 @@ from harness.onpolicy.protocol import (_OK, _RESYNC, Background, _delta, _now, a
                                        unframe, verify_due)
 from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan, worker_rollouts
 from harness.tasks.cache import ensure_pretrained
+from harness.tasks.source import of_plan
 from harness.wire.transport import trace_rate_columns
 
 # Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
@@ -98,11 +99,13 @@ def main(ctx) -> None:
     t0 = _now()
     _threads(ctx.world_size)
     torch.manual_seed(int(ctx.cfg.get("seed", 0)))
-    ensure_pretrained(ctx.cfg, ctx.rank, beat=getattr(ctx, "progress", lambda: None))
+    plan = getattr(ctx, "plan", None)                  # the launcher's RunPlan (dict); None: a bare config
+    source = of_plan(plan)                             # where the bases are: decided once, by the plan
+    ensure_pretrained(ctx.cfg, ctx.rank, beat=getattr(ctx, "progress", lambda: None), source=source)
     ctx.channel.barrier()
     t1 = _now()
     setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device,
-                        plan=role_plan(ctx.cfg, getattr(ctx, "plan", None)))
+                        plan=role_plan(ctx.cfg, plan), source=source)
     setup.sync.warm_up()          # one-off first-call costs, before the loop and any window (sync.py)
     t2 = _now()
     (run_learner if ctx.rank == 0 else run_worker)(ctx, setup)

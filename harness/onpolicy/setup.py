@@ -175,22 +175,25 @@ def compressor_seed(seed: int, compressor_seed: int) -> int:
     return derive("compressor", int(seed), int(compressor_seed))
 
 
-def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | None = None) -> Setup:
-    """Build ``role`` ("learner" | "worker") on ``device`` from the plan (default: planned from ``cfg``)."""
+def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | None = None,
+                source: Any = None) -> Setup:
+    """Build ``role`` ("learner" | "worker") on ``device`` from the plan (default: planned from ``cfg``).
+    ``source``: the RunPlan's ``model_source`` (harness.tasks.source.of_plan): the bases are loaded
+    from the folders it names (None: resolved from ``cfg``, for a role started with a bare config)."""
     from harness.tasks import build_task, build_tokenizer, load_base, make_lora
 
     plan = plan or plan_from_cfg(cfg)
     model_cfg, task_cfg = cfg["model"], cfg["task"]
     learner = role == "learner"
-    tokenizer = build_tokenizer(model_cfg)
-    base = load_base("student", model_cfg, task_cfg)
+    tokenizer = build_tokenizer(model_cfg, source)
+    base = load_base("student", model_cfg, task_cfg, source=source)
     policy = make_lora(base, rank=plan.training_rank, alpha=model_cfg.get("alpha"),
                        targets=list(model_cfg["targets"]), init=model_cfg.get("lora_init", "default"),
                        seed=plan.seed).to(device)
     if task_cfg["name"] == "distill" and not learner:
         task = build_task(task_cfg, tokenizer, sampler=True)   # workers only sample: no teacher needed
     else:
-        teacher = load_base("teacher", model_cfg, task_cfg).to(device) if task_cfg["name"] == "distill" else None
+        teacher = load_base("teacher", model_cfg, task_cfg, source=source).to(device) if task_cfg["name"] == "distill" else None
         task = build_task(task_cfg, tokenizer, teacher=teacher)
     params = adapter_params(policy)
     optimizer = None

@@ -233,17 +233,23 @@ def accuracy(model, tok: Tokenizer, lang: Arithmetic, n: int = 512, seed: int = 
 
 
 def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: None,
-                      poll_s: float = 2.0) -> None:
+                      poll_s: float = 2.0, source=None) -> None:
     """Make sure the cached student (and teacher, for distill) exist before anyone loads them.
 
     Rank 0 builds what is missing (transformers' save_pretrained writes nothing on another
     torch.distributed rank); the others wait for the finished entries. Both call ``beat``
     while they wait, so a long first-time pretraining is not taken for a hang. The waiting
     assumes one file system (one machine): on several machines, pre-build the cache.
+
+    ``source``: the plan's ``model_source`` (harness.tasks.source.of_plan of the role's RunPlan):
+    the folders it names are the ones waited for, and nothing is resolved from the config again
+    (no GGUF is hashed) unless a folder it names is missing on this host.
     """
     import threading
 
-    kinds = used_kinds(cfg)
+    kinds = source.kinds if source is not None else used_kinds(cfg)
+    if source is not None and all((Path(b.path) / "config.json").is_file() for b in source.bases):
+        return                               # shipped, a built cache entry, a folder, a materialised GGUF
     if cfg["model"].get("name") == "hf":
         # a folder is there already; a GGUF was materialised while the run was planned, and is
         # materialised here (rank 0, the others wait on its lock) only for a role started without a plan
@@ -278,7 +284,8 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
         if errors:
             raise errors[0]
         return
-    paths = [locate(kind, cfg["model"], cfg["task"]) / "meta.json" for kind in kinds]
+    paths = [(Path(source.of(kind).path) if source is not None else locate(kind, cfg["model"], cfg["task"]))
+             / "meta.json" for kind in kinds]
     while not all(p.is_file() for p in paths):
         beat()
         time.sleep(poll_s)

@@ -86,10 +86,15 @@ def load_dir(path: str | Path, dtype: torch.dtype = torch.float32):
     return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
 
 
-def build_tokenizer(model_cfg: Mapping) -> Tokenizer:
-    """The synthetic vocabulary, or ``model.path``'s tokenizer when ``model.name == "hf"``."""
+def build_tokenizer(model_cfg: Mapping, source=None) -> Tokenizer:
+    """The synthetic vocabulary, or ``model.path``'s tokenizer when ``model.name == "hf"``: from the
+    student's folder that ``source`` (the plan's ModelSource) names when given, without resolving
+    the config again."""
     cfg = plain(model_cfg)
     if cfg.get("name") == "hf":
+        planned = Path(source.of("student").path) if source is not None else None
+        if planned is not None and (planned / "config.json").is_file():
+            return Tokenizer.from_pretrained(planned)
         return Tokenizer.from_pretrained(hf_dir(cfg))
     return Tokenizer.synthetic()
 

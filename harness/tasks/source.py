@@ -124,6 +124,13 @@ def base_source(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool
     return BaseSource(kind, Origin.CACHE, str(entry_path(kind, m, task_cfg)), name)
 
 
+def of_plan(plan: Mapping | None) -> ModelSource | None:
+    """The ModelSource inside a RunPlan's dict (what a role receives), or None for a role started
+    with a bare config (tests): then the role resolves its config itself."""
+    data = (plan or {}).get("model_source")
+    return ModelSource.from_dict(data) if data else None
+
+
 def resolve(model_cfg: Mapping, task_cfg: Mapping, progress: bool = False) -> ModelSource:
     """The ModelSource of a run's model and task config (see the module docstring)."""
     return ModelSource(tuple(base_source(k, model_cfg, task_cfg, progress) for k in used_kinds(task_cfg)))

@@ -155,6 +155,54 @@ def test_a_role_loads_the_planned_folder_without_resolving_again(files, task_cfg
     assert weights_sha256(loaded.state_dict()) == weights_sha256(planned.state_dict())
 
 
+def _planned(scenario: str, variant: str, *extra: str) -> tuple[dict, dict]:
+    """(the resolved config, the RunPlan dict) a role of ``scenario``'s ``variant`` receives."""
+    from omegaconf import OmegaConf
+
+    from harness.plan import build_plan
+    from harness.run import _merge_overrides, compose_config
+
+    base = [f"scenario={scenario}"]
+    cfg = compose_config(_merge_overrides([*base, *extra], list(compose_config(base).variants[variant])))
+    return OmegaConf.to_container(cfg, resolve=True), build_plan(cfg).to_dict()
+
+
+def test_roles_take_their_bases_and_tokenizer_from_the_plan(files, monkeypatch):
+    """What a role process does first (ensure_pretrained, then build_setup for the on-policy learner, or
+    build_party for a federated client), given its RunPlan's model_source: it loads the folder the plan
+    names, and nothing resolves the config again (no GGUF is hashed or materialised, no base_source)."""
+    from harness.federated.party import build_party
+    from harness.federated.settings import Settings
+    from harness.onpolicy.setup import build_setup, role_plan
+    from harness.tasks import source as src
+    from harness.tasks.cache import ensure_pretrained
+
+    model = ("model=hf", f"model.path={files['llama']}", "model.targets=[q_proj,v_proj]")
+    hilo_cfg, hilo_plan = _planned("smoke_hilo", "full_sync", *model)      # distill: student and teacher
+    spra_cfg, spra_plan = _planned("smoke_spra", "spra", *model)
+    folder = hilo_plan["model_source"]["bases"][0]["path"]
+    reference = load_base("student", hilo_cfg["model"], hilo_cfg["task"]).get_input_embeddings().weight   # resolved
+
+    def again(*args, **kwargs):
+        raise AssertionError("a role resolved the model config again")
+    for name in ("sha256_of", "materialise", "entry_of"):
+        monkeypatch.setattr(gc, name, again)
+    monkeypatch.setattr(src, "base_source", again)
+
+    source = src.of_plan(hilo_plan)
+    assert source.kinds == ["student", "teacher"] and {b.path for b in source.bases} == {folder}
+    ensure_pretrained(hilo_cfg, 0, source=source)
+    learner = build_setup(hilo_cfg, "learner", plan=role_plan(hilo_cfg, hilo_plan), source=source)
+    assert torch.equal(learner.policy.get_input_embeddings().weight, reference)
+    assert learner.task.teacher is not None                              # the distill teacher, from the plan too
+    source = src.of_plan(spra_plan)
+    ensure_pretrained(spra_cfg, 1, source=source)
+    settings = Settings.from_dict(spra_plan["federated"])
+    party = build_party(spra_cfg, settings, settings.ranks[0], source=source)
+    assert party.source == source and party.task is not None
+    assert src.of_plan({"onpolicy": {}}) is None                          # a bare config: the role resolves it
+
+
 def test_a_folder_and_the_tiny_presets_keep_their_origins(files, model_cfg, task_cfg, cache_dir):
     folder = files["qwen2-f32"].with_suffix("")
     assert resolve(_hf(folder), task_cfg).of("student").origin is Origin.FOLDER
