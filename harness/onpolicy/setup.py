@@ -193,7 +193,9 @@ def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | 
     if task_cfg["name"] == "distill" and not learner:
         task = build_task(task_cfg, tokenizer, sampler=True)   # workers only sample: no teacher needed
     else:
-        teacher = load_base("teacher", model_cfg, task_cfg, source=source).to(device) if task_cfg["name"] == "distill" else None
+        teacher = None
+        if task_cfg["name"] == "distill":
+            teacher = load_base("teacher", model_cfg, task_cfg, source=source).to(device)
         task = build_task(task_cfg, tokenizer, teacher=teacher)
     params = adapter_params(policy)
     optimizer = None
