@@ -167,6 +167,7 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
 def _may_fork(entry: str) -> bool:
     """Whether role processes may be forked from this process (harness.cluster.spawn); preloads the entry."""
     spawn.preload(entry)
+    spawn.stop_idle_helpers()
     unsafe = spawn.fork_unsafe_reason()
     if unsafe:
         print(f"[narrowband] starting roles with exec, not fork: {unsafe}", flush=True)

@@ -57,6 +57,20 @@ def preload(entry: str) -> None:
         importlib.import_module(name)
 
 
+def stop_idle_helpers() -> None:
+    """Stop tqdm's monitor thread, the one helper thread a launcher can be left with. A progress bar
+    starts it (here: transformers' bars while a GGUF is materialised into the cache, in the planner),
+    and it runs until every bar is closed, waking every 10 s to look for stalled ones. One such bar is
+    left unclosed, so while the monitor ran, every run that materialised its GGUF in the launcher
+    started its roles with exec (the qwen2 GGUF smoke_hilo of tests/tasks/test_gguf_e2e.py: 20 s of
+    user CPU with exec, 7 s forked). A later bar starts a new monitor."""
+    tqdm_std = sys.modules.get("tqdm.std")
+    monitor = getattr(getattr(tqdm_std, "tqdm", None), "monitor", None)
+    if monitor is not None and monitor.is_alive():
+        monitor.exit()
+        tqdm_std.tqdm.monitor = None
+
+
 def fork_unsafe_reason() -> str:
     """Why this process must not fork role children ("" when it may)."""
     torch = sys.modules.get("torch")

@@ -54,3 +54,25 @@ def test_a_bad_spawn_mode_is_one_clear_error(monkeypatch, tmp_path):
     with pytest.raises(ClusterError, match=r"NARROWBAND_SPAWN: 'vfork' is not allowed; choose one of fork, exec"):
         launch(star(1), "harness.cluster.selftest:main", {}, backend="userspace", run_dir=tmp_path, hang_timeout_s=5,
                progress=False)
+
+
+def test_a_finished_progress_bar_does_not_keep_the_launcher_from_forking(monkeypatch):
+    """tqdm's monitor thread runs while any bar is unclosed (a GGUF materialised in the planner left one,
+    and every role then started with exec); the launcher stops it before deciding. harness.cluster.supervise
+    turns the monitor off when it is imported, which is after the planner's bars: tqdm's default (10 s) here."""
+    import io
+
+    import tqdm
+
+    from harness.cluster import spawn
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 10)
+
+    bar = tqdm.tqdm(total=3, file=io.StringIO())     # finished, never closed: what the planner was left with
+    bar.update(3)
+    monitor = tqdm.tqdm.monitor
+    assert monitor is not None and monitor.is_alive(), "tqdm started no monitor: the test shows nothing"
+    assert "tqdm_monitor" in spawn.fork_unsafe_reason()
+    spawn.stop_idle_helpers()
+    assert not monitor.is_alive() and spawn.fork_unsafe_reason() == ""
+    bar.close()
