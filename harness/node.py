@@ -6,7 +6,7 @@ Every agent composes and plans the same runs (harness.plan: the placement says w
 its own, harness.placement.node_rank which host it is), then, per run:
 
 1. Control (before anything is built). Agent 0 listens on MASTER_ADDR:NARROWBAND_CONTROL_PORT
-   (default 29400) on the real network, unshaped; the others connect within CONNECT_TIMEOUT_S and
+   (default 29400) on the real network, unshaped; the others connect within NARROWBAND_CONNECT_TIMEOUT_S (60 s) and
    say hello: their address and interface (the one that routes to MASTER_ADDR), whether they may
    shape (root or CAP_NET_ADMIN, htb, ifb, mirred, vxlan) and the digest of their plan. A host
    that does not connect, cannot shape or planned something else ends every agent with one line
@@ -55,7 +55,9 @@ from harness.errors import ClusterError, ConfigError
 
 CONTROL_PORT_ENV = "NARROWBAND_CONTROL_PORT"
 CONTROL_PORT = 29400
-CONNECT_TIMEOUT_S = float(os.environ.get("NARROWBAND_CONNECT_TIMEOUT_S", "60"))
+def connect_timeout_s() -> float:
+    """How long an agent waits for its peers and the coordinator (NARROWBAND_CONNECT_TIMEOUT_S, read at call time)."""
+    return float(os.environ.get("NARROWBAND_CONNECT_TIMEOUT_S", "60"))
 CALIBRATION_S = 1.0                 # seconds of traffic per probed pair at its configured rate
 CALIBRATION_TOLERANCE = 0.10        # |measured / TCP ceiling - 1| above this refuses the run
 CALIBRATION_TRIES = 3               # a pair off by more is probed again (a loaded CPU slows one probe), at most this often
@@ -242,7 +244,7 @@ class Agent:
         listener.bind(("0.0.0.0", port))
         listener.listen(self.hosts)
         hellos = {0: hello}
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        deadline = time.monotonic() + connect_timeout_s()
         try:
             while len(hellos) < self.hosts and time.monotonic() < deadline:
                 listener.settimeout(max(0.1, deadline - time.monotonic()))
@@ -276,7 +278,7 @@ class Agent:
         for rank in range(self.hosts):
             if rank not in hellos:
                 return (f"host {names[rank]}: its agent did not connect to agent 0 at {self.me.addr} within "
-                        f"{CONNECT_TIMEOUT_S:g} s (unreachable, not started, or its firewall drops the control port)")
+                        f"{connect_timeout_s():g} s (unreachable, not started, or its firewall drops the control port)")
         for rank in range(self.hosts):
             h = hellos[rank]
             if h["problem"]:
@@ -286,7 +288,7 @@ class Agent:
         return ""
 
     def _join(self, hello: dict, master: str, port: int) -> None:
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        deadline = time.monotonic() + connect_timeout_s()
         last = ""
         while True:
             try:
@@ -296,7 +298,7 @@ class Agent:
                 last = err.strerror or str(err)
                 if time.monotonic() > deadline:
                     raise HostError(f"host {self.names[0]}: agent 0 at {master}:{port} cannot be reached "
-                                    f"from {self.me.name} within {CONNECT_TIMEOUT_S:g} s ({last})") from None
+                                    f"from {self.me.name} within {connect_timeout_s():g} s ({last})") from None
                 time.sleep(0.3)
         sock.settimeout(None)
         line = Line(sock)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from netem.spec import LinkSpec, LinkSpecError, parse_loss, parse_rate, parse_size, parse_time
 
-STATE_DIR = Path(os.environ.get("NARROWBAND_STATE_DIR", "/tmp/narrowband-up"))
+def state_dir() -> Path:
+    """Where standing topologies are recorded (NARROWBAND_STATE_DIR, read at call time)."""
+    return Path(os.environ.get("NARROWBAND_STATE_DIR", "/tmp/narrowband-up"))
 
 
 class UsageError(Exception):
@@ -151,8 +153,8 @@ def cmd_up(args) -> int:
     topo = StarTopology(nodes, backend=args.backend, persistent=True)
     with topo:
         info = topo.describe()
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        (STATE_DIR / f"{topo.prefix}.json").write_text(json.dumps(info, indent=1))
+        state_dir().mkdir(parents=True, exist_ok=True)
+        (state_dir() / f"{topo.prefix}.json").write_text(json.dumps(info, indent=1))
         topo.detach()
     if args.json:
         print(json.dumps(info))
@@ -171,10 +173,10 @@ def cmd_down(args) -> int:
 
     doomed = [n.name for n in list_ours() if n.owner == PERSISTENT_OWNER
               and (args.prefix is None or n.prefix == args.prefix)]
-    if args.prefix is not None and not doomed and not (STATE_DIR / f"{args.prefix}.json").exists():
-        raise UsageError(f"--prefix: {args.prefix!r} is not a standing topology; see {STATE_DIR}")
+    if args.prefix is not None and not doomed and not (state_dir() / f"{args.prefix}.json").exists():
+        raise UsageError(f"--prefix: {args.prefix!r} is not a standing topology; see {state_dir()}")
     removed = remove_namespaces(doomed)
-    for state in STATE_DIR.glob(f"{args.prefix or 'nb-up-*'}.json"):
+    for state in state_dir().glob(f"{args.prefix or 'nb-up-*'}.json"):
         state.unlink(missing_ok=True)
     print(f"removed {len(removed)} namespaces" + (f": {' '.join(removed)}" if removed else ""))
     return 0
@@ -185,7 +187,7 @@ def cmd_clean(args) -> int:
 
     removed = clean(everything=args.all)
     if args.all:
-        for state in STATE_DIR.glob("nb-up-*.json"):
+        for state in state_dir().glob("nb-up-*.json"):
             state.unlink(missing_ok=True)
     print(f"removed {len(removed)} namespaces" + (f": {' '.join(removed)}" if removed else ""))
     return 0

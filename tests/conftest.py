@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from typing import Callable
 
 import pytest
@@ -52,13 +51,14 @@ def no_leaks():
 
 @pytest.fixture
 def harness_cli() -> Callable[..., tuple[int, str, str, set[str]]]:
-    """``run(*args)``: ``python -m harness *args`` to the end, watching every 0.2 s (and once after
-    it exits) for network namespaces its process owns; (exit status, stdout, stderr, namespaces seen)."""
+    """``run(*args)``: ``python -m harness *args`` to the end (forked warm: tests/warm_cli.py), watching
+    every 0.2 s (and once after it exits) for network namespaces its process owns; (exit status, stdout,
+    stderr, namespaces seen)."""
+    import warm_cli
     from netem.names import list_ours
 
     def run(*args: str) -> tuple[int, str, str, set[str]]:
-        proc = subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = warm_cli.popen("harness", args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen: set[str] = set()
         while proc.poll() is None:
             seen |= {n.name for n in list_ours() if n.owner == str(proc.pid)}

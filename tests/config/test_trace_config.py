@@ -2,10 +2,9 @@
 land in the plan (each direction's LinkSpec) and the row keys."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
+import warm_cli
 
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
@@ -55,9 +54,8 @@ def test_bad_trace_values_fail_in_the_planner(overrides, start):
 def test_bad_trace_line_exits_2_with_one_line_and_creates_nothing(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("t_s,rate_mbit\n0,10\n3,1\n2,5\n")
-    proc = subprocess.run([sys.executable, "-m", "harness", "scenario=smoke_hilo", "only=[hilo_spar]",
-                           f"net.trace={bad}", f"out_dir={tmp_path / 'out'}"], capture_output=True, text=True,
-                          timeout=300)
+    proc = warm_cli.run("harness", ["scenario=smoke_hilo", "only=[hilo_spar]", f"net.trace={bad}",
+                                    f"out_dir={tmp_path / 'out'}"], capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert lines == [f"error: net.trace: '{bad} line 4: 2,5' time 2 is not after the line above (3); use lines "

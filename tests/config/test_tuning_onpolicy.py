@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import warm_cli
 import torch
 
 from harness.errors import ConfigError
@@ -86,9 +87,6 @@ def test_onpolicy_tuning_runs_a_tiny_grid_on_validation_and_selects(root, capsys
 
 
 def test_a_missing_selected_file_is_one_config_error_naming_the_command(root) -> None:
-    import subprocess
-    import sys
-
     from omegaconf import OmegaConf
 
     from harness.run import compose_config
@@ -101,8 +99,8 @@ def test_a_missing_selected_file_is_one_config_error_naming_the_command(root) ->
         float(cfg.onpolicy.lr)
     err = config_error_in(info.value)
     assert err is not None and "python -m harness.tune scenario=hilo_distill" in str(err)
-    out = subprocess.run([sys.executable, "-m", "harness", "scenario=hilo_distill", "only=[hilo_spar_100mbit]"],
-                         cwd=root, capture_output=True, text=True, timeout=300)
+    out = warm_cli.run("harness", ["scenario=hilo_distill", "only=[hilo_spar_100mbit]"], cwd=root,
+                       capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "tuned_lr" in lines[0] and "python -m harness.tune scenario=hilo_distill" in lines[0]

@@ -5,10 +5,9 @@ is calibrated within 10%, and nothing is left in any host. In a file of its own 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+import warm_cli
 
 from multihost_hosts import stand_in_hosts
 from test_multihost_e2e import HILO, ROOT, SPRA, _agents, _hub, _left, _run_dir
@@ -18,9 +17,8 @@ from test_multihost_e2e import HILO, ROOT, SPRA, _agents, _hub, _left, _run_dir
 @pytest.mark.e2e
 def test_three_hosts_give_the_star_bytes_and_quality_and_leave_nothing(kernel_backend, tmp_path):
     for scenario, variant in (HILO, SPRA):
-        star = subprocess.run([sys.executable, "-m", "harness", f"scenario={scenario}", f"only=[{variant}]",
-                               f"out_dir={tmp_path / 'star'}", "progress=false"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=600)
+        star = warm_cli.run("harness", [f"scenario={scenario}", f"only=[{variant}]", f"out_dir={tmp_path / 'star'}",
+                                        "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert star.returncode == 0, star.stdout[-2000:] + star.stderr[-2000:]
         with stand_in_hosts(3) as hosts:
             procs = _agents(hosts, [f"scenario={scenario}", f"only=[{variant}]"], tmp_path)

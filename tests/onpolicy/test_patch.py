@@ -129,11 +129,9 @@ def test_bad_codec_fails_validation_before_launch(override, key):
 
 
 def test_bad_codec_on_the_command_line_exits_2_with_one_line():
-    import subprocess
-    import sys
+    import warm_cli
 
-    out = subprocess.run([sys.executable, "-m", "harness", "method=patch", "method.codec=brotli"],
-                         capture_output=True, text=True, timeout=120)
+    out = warm_cli.run("harness", ["method=patch", "method.codec=brotli"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: method.codec:") and "brotli" in lines[0], out.stderr

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -122,12 +121,13 @@ def learner_steps(run_dir: Path, role: str = "learner") -> int:
 
 def spawn_harness(overrides: list[str], log: Path, env: dict | None = None,
                   stderr_log: Path | None = None) -> subprocess.Popen:
-    """Start ``python -m harness OVERRIDES`` as a child (its own session), output to ``log``
-    (stderr too, unless ``stderr_log`` names a file of its own)."""
+    """Start ``python -m harness OVERRIDES`` as a child (its own session; forked warm, tests/warm_cli.py),
+    output to ``log`` (stderr too, unless ``stderr_log`` names a file of its own)."""
+    import warm_cli
+
     with open(log, "wb") as out, open(stderr_log or os.devnull, "wb") as err:
-        return subprocess.Popen([sys.executable, "-m", "harness", *overrides], cwd=ROOT,
-                                stdout=out, stderr=err if stderr_log else subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})})
+        return warm_cli.popen("harness", overrides, cwd=ROOT, stdout=out, stderr=err if stderr_log else subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})})
 
 
 def kill_tree(proc: subprocess.Popen) -> None:

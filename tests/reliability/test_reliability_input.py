@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
+import warm_cli
 
 from harness.errors import ConfigError
 from reliability_helpers import ROOT, our_namespaces
@@ -188,8 +188,8 @@ def test_not_root_auto_falls_back_to_userspace_and_says_so_in_run_json(not_root,
 ], ids=["rate_zero", "node_rate_negative"])
 def test_the_command_line_prints_one_line_and_creates_nothing(args, key, tmp_path):
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "scenario=smoke_hilo", f"out_dir={out}", *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = warm_cli.popen("harness", ["scenario=smoke_hilo", f"out_dir={out}", *args], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 2, stderr
     lines = stderr.strip().splitlines()

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from harness.paths import project_root
 
@@ -29,7 +29,7 @@ SKIPPED = "complete already, skipped (resume=true)"
 
 
 def _sweep(tmp: Path) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "harness", "-m", "scenario=grid_hilo", f"net.rate={','.join(RATES)}",
+    argv = ["-m", "scenario=grid_hilo", f"net.rate={','.join(RATES)}",
             "model.rank=16", "net.backend=model", "only=[full_sync]", "onpolicy.workers=1",
             "onpolicy.steps=1", "onpolicy.eval_every=1", "task.eval_prompts=8", "progress=false",
             f"out_dir={tmp / 'runs'}", f"hydra.sweep.dir={tmp / 'hydra'}",
@@ -39,7 +39,7 @@ def _sweep(tmp: Path) -> subprocess.CompletedProcess:
     root = str(project_root())
     env = {**os.environ, "NARROWBAND_ROOT": root,
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    out = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    out = warm_cli.run("harness", argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Submitit 'local' sweep output dir" in out.stdout + out.stderr, "the sweep did not use submitit"
     return out

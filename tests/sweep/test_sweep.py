@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 from omegaconf import OmegaConf
 
 from harness.paths import project_root, scenarios_root
@@ -70,7 +70,7 @@ def test_results_runs_and_hydra_are_gitignored():
 
 def _sweep(tmp: Path, runs: Path) -> subprocess.CompletedProcess:
     """The 2-point grid, run from ``tmp`` (so Hydra's default sweep dir lands there)."""
-    argv = [sys.executable, "-m", "harness", "-m", "scenario=grid_hilo", f"net.rate={','.join(RATES)}",
+    argv = ["-m", "scenario=grid_hilo", f"net.rate={','.join(RATES)}",
             "model.rank=16", "net.backend=model", "only=[full_sync]", "onpolicy.workers=1",
             "onpolicy.steps=1", "onpolicy.eval_every=1", "task.eval_prompts=8", f"out_dir={runs}",
             "progress=false"]
@@ -79,7 +79,7 @@ def _sweep(tmp: Path, runs: Path) -> subprocess.CompletedProcess:
     root = str(project_root())
     env = {**os.environ, "NARROWBAND_ROOT": root,
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    out = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    out = warm_cli.run("harness", argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
 
@@ -160,10 +160,10 @@ def test_a_bad_grid_point_fails_its_job_not_the_sweep(tmp_path):
     """In multirun a ConfigError is that job's failure (an exception Hydra records; a launcher in
     other processes pickles it back), not SystemExit(2), which would end the basic launcher's
     sweep at the first bad point and leave a submitit job with no result file."""
-    argv = [sys.executable, "-m", "harness", "-m", "scenario=grid_hilo", "net.rate=bogus,bogus2",
+    argv = ["-m", "scenario=grid_hilo", "net.rate=bogus,bogus2",
             "model.rank=16", "net.backend=model", "only=[full_sync]", f"out_dir={tmp_path / 'runs'}",
             f"hydra.sweep.dir={tmp_path / 'hydra'}", "progress=false"]
-    out = subprocess.run(argv, cwd=project_root(), capture_output=True, text=True, timeout=120)
+    out = warm_cli.run("harness", argv, cwd=project_root(), capture_output=True, text=True, timeout=120)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text[-3000:]
     for bad in ("bogus", "bogus2"):      # both points ran: the first failure did not stop the sweep

@@ -6,12 +6,13 @@ line and exit 2, before any run directory (and so any namespace) exists."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from hf_families import save_gguf
 
@@ -21,8 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _harness(cache: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NARROWBAND_CACHE": str(cache)}
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return warm_cli.run("harness", args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,7 @@ def test_smoke_hilo_runs_ok_on_a_qwen2_gguf(qwen2_file, tmp_path):
         rows = read_rows(run)
         learner = rows[rows.role == "learner"]
         assert sorted(learner.step) == [0, 1] and learner.in_sync.all(), run.name
+        assert json.loads((run / "cluster" / "roles.json").read_text())["spawn"] == "fork"   # not exec: no thread left by the materialising
         bases = read_run_json(run)["bases"]
         assert set(bases) == {"student", "teacher"}                        # smoke_hilo distills
         for base in bases.values():

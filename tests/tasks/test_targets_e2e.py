@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from hf_families import save_family
 
@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _harness(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return warm_cli.run("harness", args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
