@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
+from harness.cluster.spawn import ForkedProcess
+
 EXEC_ENV = "NARROWBAND_TEST_EXEC"
 PIPE, DEVNULL, STDOUT = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT
 
@@ -45,34 +47,13 @@ def forking() -> bool:
     return os.environ.get(EXEC_ENV, "").strip().lower() not in ("1", "true", "yes")
 
 
-class Forked:
-    """The part of subprocess.Popen the tests use, for a forked child."""
+class Forked(ForkedProcess):
+    """The part of subprocess.Popen the tests use, for a forked child: the launcher's own handle on a forked
+    role (harness.cluster.spawn.ForkedProcess: poll, wait, reaping) plus the child's pipes and signals."""
 
     def __init__(self, pid: int, args: list[str], stdout: IO | None, stderr: IO | None):
-        self.pid, self.args, self.stdout, self.stderr = pid, args, stdout, stderr
-        self.stdin = None
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self._reap(os.WNOHANG)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(0.02)
-        return self.returncode  # type: ignore[return-value]
-
-    def _reap(self, flags: int) -> None:
-        try:
-            pid, status = os.waitpid(self.pid, flags)
-        except ChildProcessError:
-            return
-        if pid == self.pid:
-            self.returncode = os.waitstatus_to_exitcode(status)
+        super().__init__(pid, args)
+        self.stdin, self.stdout, self.stderr = None, stdout, stderr
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
