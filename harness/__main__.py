@@ -82,7 +82,7 @@ def compose_error(argv: list[str]) -> str | None:
     from hydra.errors import HydraException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     if any(a.startswith("-") for a in argv):
         return None

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.compose import compose_config
 from harness.paths import project_root
 from harness.record import read_run_json, read_rows, set_status, write_run_json
 from harness.errors import ConfigError
@@ -47,22 +48,6 @@ class Outcome:
     reason: str = ""
     variant: str = ""
     seed: int = 0
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """Compose the app's config with Hydra's compose API (inside or outside the app)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    from harness.conf.schema import register
-    from harness.validate import translate_argv
-
-    register()
-    overrides = translate_argv(list(overrides))
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="config", overrides=overrides)
-    with initialize_config_module(config_module="harness.conf", version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
 
 
 def _merge_overrides(base: list[str], extra: list[str]) -> list[str]:

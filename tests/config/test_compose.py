@@ -116,3 +116,17 @@ def test_bad_overrides_on_the_command_line_give_one_line(arg, key, kind, real, m
     assert len(lines) == 1, err
     assert lines[0].startswith(f"error: {key}:") and kind in lines[0], lines[0]
     assert "Traceback" not in err
+
+
+def test_an_override_that_does_not_compose_is_reported_before_torch_is_imported():
+    """The command line's first check composes the config only: its error line must not wait for
+    the planner's imports (torch, transformers), which cost seconds in a fresh interpreter."""
+    probe = ("import sys\n"
+             "from harness.__main__ import compose_error\n"
+             "err = compose_error(['scenario=smoke_hilo', 'model.nonesuch=3'])\n"
+             "assert err and err.startswith('model.nonesuch:'), err\n"
+             "heavy = sorted(m for m in ('torch', 'transformers', 'peft', 'harness.plan') if m in sys.modules)\n"
+             "print(','.join(heavy))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"imported before the error line: {out.stdout.strip()}"
