@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,
                                                                        # supervise, role) and the wire
     ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
-    ("harness.validate", "harness.plan"),                              # deciding what a run is
+    ("harness.validate", "harness.compose", "harness.plan"),           # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
     ("harness.__main__", "harness.usage", "harness.gpucheck", "harness.node", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
      "harness.tasks.headroom", "harness.tasks.chat_headroom", "harness.tasks.chat_rollouts", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
