@@ -128,7 +128,7 @@ def build_plan(cfg: Any) -> RunPlan:
     plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     kind = MethodKind(plain["method"]["kind"])
     onpolicy = federated = None
-    model_source = resolve_source(plain["model"], plain["task"], progress=bool(plain.get("progress", True)))  # a GGUF is materialised here
+    model_source = resolve_source(plain["model"], plain["task"])   # a GGUF: hashed and checked, materialised at launch
     if kind is MethodKind.ONPOLICY:
         _check_model_and_task(plain, kind)
         from harness.onpolicy.setup import plan_from_cfg

@@ -33,6 +33,7 @@ from harness.paths import project_root
 from harness.record import read_run_json, read_rows, set_status, write_run_json
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
+from harness.tasks.source import materialise
 
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
@@ -184,6 +185,7 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     """Plan (unless given the plan of ``cfg``), launch, record. Never raises for a failed run:
     the outcome says it; bad input raises ConfigError before anything exists."""
     plan = plan or build_plan(cfg)
+    materialise(plan.model_source, progress=bool(cfg.get("progress", True)))   # a GGUF, once; ConfigError before launch
     run_id = cfg.run_id or run_id_of(cfg, variant, plan.backend.value)
     run_dir = project_root() / cfg.out_dir / scenario / run_id
     lock = _claim(run_dir)

@@ -250,9 +250,9 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
     kinds = source.kinds if source is not None else used_kinds(cfg)
     if source is not None and all((Path(b.path) / "config.json").is_file() for b in source.bases):
         return                               # shipped, a built cache entry, a folder, a materialised GGUF
-    if cfg["model"].get("name") == "hf":
-        # a folder is there already; a GGUF was materialised while the run was planned, and is
-        # materialised here (rank 0, the others wait on its lock) only for a role started without a plan
+    hf = cfg["model"].get("name") == "hf"
+    if hf and source is None:
+        # a role started without a plan: a folder is there already, a GGUF is materialised by rank 0
         m = plain(cfg["model"])
         if rank == 0:
             for kind in kinds:
@@ -270,7 +270,11 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
             share = torch.get_num_threads()
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
             try:
-                for kind in kinds:
+                if hf:                                   # a GGUF of the plan not materialised yet (run_one does it first)
+                    from harness.tasks.source import materialise
+
+                    materialise(source, progress=False)
+                for kind in (() if hf else kinds):
                     pretrained(kind, cfg["model"], cfg["task"], progress=False)
             except BaseException as err:  # noqa: BLE001 - re-raised in the calling thread
                 errors.append(err)
@@ -284,8 +288,9 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
         if errors:
             raise errors[0]
         return
+    marker = "config.json" if hf else "meta.json"    # a GGUF entry appears whole (renamed into place)
     paths = [(Path(source.of(kind).path) if source is not None else locate(kind, cfg["model"], cfg["task"]))
-             / "meta.json" for kind in kinds]
+             / marker for kind in kinds]
     while not all(p.is_file() for p in paths):
         beat()
         time.sleep(poll_s)

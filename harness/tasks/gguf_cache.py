@@ -49,6 +49,9 @@ ENTRY_PREFIX = "gguf-"
 MATERIALISE_VERSION = 1
 INSTALL_GGUF = "pip install gguf (make install does)"
 _HASHES: dict[tuple[str, int, int], str] = {}     # (real path, size, mtime_ns) -> sha256, per process
+_CONFIGS: dict[str, Any] = {}                       # sha256 -> transformers config from the metadata, per process
+_TOKENIZERS: dict[str, Any] = {}                    # sha256 -> harness Tokenizer from the metadata, per process
+_METADATA: dict[tuple[str, int, int], dict[str, Any]] = {}   # (real path, size, mtime_ns) -> read_metadata's fields
 
 
 @dataclass(frozen=True)
@@ -137,12 +140,24 @@ def tokenizer_types() -> list[str] | None:
 
 
 def read_metadata(file: Path, key: str = "model.path") -> dict[str, Any]:
-    """The few metadata fields the checks need, read with ``gguf.GGUFReader`` (no tensor is dequantized)."""
+    """The few metadata fields the checks need, read with ``gguf.GGUFReader`` (no tensor is dequantized;
+    the reader parses every field, ~4 s for a 49k-token vocabulary, so remembered per process)."""
     try:
         from gguf import GGUFReader
     except ImportError:
         raise ConfigError(f"{key}: {str(file)!r} is a GGUF file, which needs the gguf package, not installed; "
                           f"{INSTALL_GGUF}") from None
+    try:
+        st = Path(file).stat()
+    except OSError as err:
+        raise ConfigError(f"{key}: {str(file)!r} is not a readable GGUF file ({err.strerror})") from None
+    memo = (str(Path(file).resolve()), st.st_size, st.st_mtime_ns)
+    if memo not in _METADATA:
+        _METADATA[memo] = _read_metadata(GGUFReader, file, key)
+    return dict(_METADATA[memo])
+
+
+def _read_metadata(GGUFReader, file: Path, key: str) -> dict[str, Any]:
     try:
         reader = GGUFReader(str(file))
     except (ValueError, OSError, KeyError) as err:
@@ -170,6 +185,43 @@ def check(file: Path, key: str = "model.path") -> dict[str, Any]:
         raise ConfigError(f"{key}: {str(file)!r} has tokenizer.ggml.model {tok!r}; the tasks need a tokenizer in the "
                           f"file's metadata of a type transformers builds ({', '.join(types or ['gpt2', 'llama'])})")
     return meta
+
+
+def config_of(value: str, key: str = "model.path"):
+    """The transformers config of the GGUF ``value`` (its materialised folder's when there is one,
+    else parsed from the file's metadata: no tensor is dequantized); remembered per process."""
+    from transformers import AutoConfig
+
+    entry = entry_of(value, key)
+    if entry.sha256 not in _CONFIGS:
+        if entry.ready:
+            _CONFIGS[entry.sha256] = AutoConfig.from_pretrained(str(entry.path), local_files_only=True)
+        else:
+            check(entry.file, key)
+            try:
+                _CONFIGS[entry.sha256] = AutoConfig.from_pretrained(str(entry.file.parent), gguf_file=entry.file.name,
+                                                                    local_files_only=True)
+            except (ValueError, OSError, KeyError, NotImplementedError) as err:   # the file, not our code
+                raise ConfigError(f"{key}: transformers could not read the model config of {str(entry.file)!r} "
+                                  f"({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); "
+                                  "use another GGUF or a Hugging Face folder") from None
+    return _CONFIGS[entry.sha256]
+
+
+def tokenizer_of(value: str, key: str = "model.path"):
+    """The harness Tokenizer of the GGUF ``value``: its materialised folder's, else built from the
+    file's metadata (the same tokens: materialise checks that the saved one encodes alike);
+    remembered per process."""
+    from harness.tasks.tokenizer import Tokenizer
+
+    entry = entry_of(value, key)
+    if entry.sha256 not in _TOKENIZERS:
+        if entry.ready:
+            _TOKENIZERS[entry.sha256] = Tokenizer.from_pretrained(entry.path)
+        else:
+            check(entry.file, key)
+            _TOKENIZERS[entry.sha256] = Tokenizer.from_pretrained(entry.file.parent, gguf_file=entry.file.name)
+    return _TOKENIZERS[entry.sha256]
 
 
 def materialise(value: str, key: str = "model.path", progress: bool = True) -> GgufEntry:

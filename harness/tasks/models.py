@@ -95,6 +95,10 @@ def build_tokenizer(model_cfg: Mapping, source=None) -> Tokenizer:
         planned = Path(source.of("student").path) if source is not None else None
         if planned is not None and (planned / "config.json").is_file():
             return Tokenizer.from_pretrained(planned)
+        from harness.tasks.gguf_cache import is_gguf, tokenizer_of
+
+        if is_gguf(cfg.get("path")):                 # the plan's check: from the file, nothing dequantized
+            return tokenizer_of(str(cfg["path"]))
         return Tokenizer.from_pretrained(hf_dir(cfg))
     return Tokenizer.synthetic()
 

@@ -9,10 +9,12 @@ A run loads one or two bases: the student (the policy / every federated party) a
   rank 0 of the run: harness.tasks.cache.ensure_pretrained);
 - ``folder``: ``model=hf``, a local Hugging Face folder, used as it is;
 - ``gguf``: ``model=hf`` with a GGUF file, materialised into <cache>/gguf-<file hash>
-  (harness.tasks.gguf_cache) while the plan is built, so the roles load a folder.
+  (harness.tasks.gguf_cache) once, before the first launch that needs it (``materialise``, called
+  by run_one and harness.tune), so the roles load a folder.
 
 ``resolve(model_cfg, task_cfg)`` decides it (one-line ConfigError on a missing package, file or
-folder, or an architecture transformers cannot dequantize); ``ModelSource.describe()`` is
+folder, or an architecture transformers cannot dequantize: the GGUF's metadata is read, no tensor
+is dequantized, so planning stays fast); ``ModelSource.describe()`` is
 run.json's ``bases``: per kind the SHA-256 of the weights it loads, whether that is the shipped
 reference's, its path and origin, and for a GGUF the source file and its SHA-256.
 """
@@ -98,20 +100,23 @@ def used_kinds(task_cfg: Mapping) -> list[str]:
     return ["student"] + (["teacher"] if plain(task_cfg).get("name") == "distill" else [])
 
 
-def base_source(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = False) -> BaseSource:
-    """Where the ``kind`` base comes from; a GGUF is materialised here (once, into the cache)."""
+def base_source(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> BaseSource:
+    """Where the ``kind`` base comes from. A GGUF is hashed and its metadata checked here; it is
+    materialised (dequantized into the cache) by ``materialise``, not here."""
     from harness.tasks.models import hf_key, plain
 
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
     m = plain(model_cfg)
     if m.get("name") == "hf":
-        from harness.tasks.gguf_cache import is_gguf, materialise
+        from harness.tasks.gguf_cache import check, entry_of, is_gguf
         from harness.tasks.models import hf_dir
 
         key = hf_key(m, kind)
         if is_gguf(m.get(key)):
-            entry = materialise(str(m[key]), f"model.{key}", progress=progress)
+            entry = entry_of(str(m[key]), f"model.{key}")
+            if not entry.ready:
+                check(entry.file, f"model.{key}")     # the architecture and tokenizer, from the metadata alone
             return BaseSource(kind, Origin.GGUF, str(entry.path), entry.path.name, str(entry.file), entry.sha256)
         return BaseSource(kind, Origin.FOLDER, str(hf_dir(m, key)))
     from harness.tasks.bases import shipped
@@ -131,6 +136,16 @@ def of_plan(plan: Mapping | None) -> ModelSource | None:
     return ModelSource.from_dict(data) if data else None
 
 
-def resolve(model_cfg: Mapping, task_cfg: Mapping, progress: bool = False) -> ModelSource:
+def resolve(model_cfg: Mapping, task_cfg: Mapping) -> ModelSource:
     """The ModelSource of a run's model and task config (see the module docstring)."""
-    return ModelSource(tuple(base_source(k, model_cfg, task_cfg, progress) for k in used_kinds(task_cfg)))
+    return ModelSource(tuple(base_source(k, model_cfg, task_cfg) for k in used_kinds(task_cfg)))
+
+
+def materialise(source: ModelSource | None, progress: bool = True) -> None:
+    """Dequantize every GGUF base of ``source`` that is not in the cache yet (file-locked: once per
+    machine however many callers). A file transformers cannot load is a one-line ConfigError."""
+    from harness.tasks.gguf_cache import materialise as one
+
+    for b in (source.bases if source is not None else ()):
+        if b.origin is Origin.GGUF and not (Path(b.path) / "meta.json").is_file():
+            one(str(b.gguf), "model.path" if b.kind == "student" else "model.teacher_path", progress=progress)

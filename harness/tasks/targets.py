@@ -39,16 +39,21 @@ __all__ = ["KEYWORDS", "adaptable_layers", "layer_shape", "resolve_targets", "sk
 def skeleton(model_cfg: Mapping, vocab_size: int | None = None) -> nn.Module:
     """The model of ``model_cfg`` on the meta device: shapes and module names, no weight bytes.
 
-    ``model=hf``: AutoConfig of ``model.path`` (local config.json only). Otherwise the Llama
-    config of the size fields (``vocab_size``: the synthetic tokenizer's by default).
+    ``model=hf``: AutoConfig of ``model.path`` (local config.json only; a GGUF file's from its
+    metadata, harness.tasks.gguf_cache.config_of, so planning dequantizes nothing). Otherwise the
+    Llama config of the size fields (``vocab_size``: the synthetic tokenizer's by default).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from harness.tasks.models import hf_dir, llama_config, plain
 
+    from harness.tasks.gguf_cache import config_of, is_gguf
+
     cfg = plain(model_cfg)
-    if cfg.get("name") == "hf":
+    if cfg.get("name") == "hf" and is_gguf(cfg.get("path")):
+        config = config_of(str(cfg["path"]))
+    elif cfg.get("name") == "hf":
         path = hf_dir(cfg)
         try:
             config = AutoConfig.from_pretrained(str(path), local_files_only=True)

@@ -55,11 +55,13 @@ class Tokenizer:
         return tok
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "Tokenizer":
-        """The tokenizer saved in a local directory (never downloads)."""
+    def from_pretrained(cls, path: str | Path, gguf_file: str | None = None) -> "Tokenizer":
+        """The tokenizer saved in a local directory, or (``gguf_file``: a file's name in it) the one in a
+        GGUF file's metadata; never downloads."""
         from transformers import AutoTokenizer
 
-        hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True, **extra)
         tok = cls(hf)
         if set(hf.get_vocab()) == set(SPECIALS + CHARS):
             tok._chars = frozenset(CHARS)

@@ -126,11 +126,14 @@ def test_a_second_time_is_a_cache_hit_keyed_by_content(files, tmp_path, monkeypa
 
 
 def test_the_plan_records_the_source_and_both_hashes(files, task_cfg):
+    from harness.tasks.source import materialise
+
     file = files["qwen2"]
     source = resolve(_hf(file), {**task_cfg, "name": "distill"})
     assert source.kinds == ["student", "teacher"]
     student = source.of("student")
     assert student.origin is Origin.GGUF and student.gguf == str(file)
+    materialise(source, progress=False)                 # what run_one does before the launch
     described = source.describe()["student"]
     assert described["origin"] == "gguf" and described["gguf"] == str(file)
     assert described["gguf_sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
@@ -181,6 +184,7 @@ def test_roles_take_their_bases_and_tokenizer_from_the_plan(files, monkeypatch):
     hilo_cfg, hilo_plan = _planned("smoke_hilo", "full_sync", *model)      # distill: student and teacher
     spra_cfg, spra_plan = _planned("smoke_spra", "spra", *model)
     folder = hilo_plan["model_source"]["bases"][0]["path"]
+    src.materialise(src.of_plan(hilo_plan), progress=False)               # run_one, before the launch
     reference = load_base("student", hilo_cfg["model"], hilo_cfg["task"]).get_input_embeddings().weight   # resolved
 
     def again(*args, **kwargs):
@@ -201,6 +205,30 @@ def test_roles_take_their_bases_and_tokenizer_from_the_plan(files, monkeypatch):
     party = build_party(spra_cfg, settings, settings.ranks[0], source=source)
     assert party.source == source and party.task is not None
     assert src.of_plan({"onpolicy": {}}) is None                          # a bare config: the role resolves it
+
+
+def test_planning_reads_the_metadata_and_dequantizes_nothing(tmp_path, monkeypatch):
+    """build_plan names the cache entry a GGUF will be materialised into and checks the file's metadata,
+    but dequantizes nothing (a 135M file takes ~25 s): run_one (and ensure_pretrained, for a role
+    whose entry is missing) materialises it once, into the very folder the plan named."""
+    from harness.tasks import source as src
+
+    file = save_gguf("qwen2", tmp_path / "fresh.gguf", seed=7, qtype="Q8_0")    # bytes no other test has
+    model = ("model=hf", f"model.path={file}", "model.targets=[q_proj,v_proj]")
+    real_write = gc._write
+
+    def no_write(*args, **kwargs):
+        raise AssertionError("dequantized while planning")
+    monkeypatch.setattr(gc, "_write", no_write)
+    _, plan = _planned("smoke_hilo", "full_sync", *model)
+    planned = src.of_plan(plan)
+    assert {b.origin for b in planned.bases} == {Origin.GGUF} and not (Path(planned.bases[0].path) / "meta.json").exists()
+    monkeypatch.setattr(gc, "_write", real_write)
+    src.materialise(planned, progress=False)
+    assert all((Path(b.path) / "config.json").is_file() for b in planned.bases)
+    rwkv = _write_arch(tmp_path / "rwkv.gguf", "rwkv6")
+    with pytest.raises(ConfigError, match="general.architecture 'rwkv6'"):           # still refused at plan time
+        _planned("smoke_hilo", "full_sync", "model=hf", f"model.path={rwkv}", "model.targets=[q_proj,v_proj]")
 
 
 def test_a_folder_and_the_tiny_presets_keep_their_origins(files, model_cfg, task_cfg, cache_dir):
