@@ -88,7 +88,7 @@ def compose_error(argv: list[str]) -> str | None:
         return None
     overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
     try:
-        compose_config(overrides)
+        cfg = compose_config(overrides)
     except OverrideParseException as err:
         return f"{_bad_syntax(overrides)}: {str(err).splitlines()[0]} (see Hydra's override grammar)"
     except (HydraException, OmegaConfBaseException) as err:
@@ -102,6 +102,24 @@ def compose_error(argv: list[str]) -> str | None:
             return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first})"
         key = next((k for k, _ in named if k.startswith(f"{key}.")), key)
         return f"{key}: {first}" if key != first else first
+    return value_error(cfg, overrides)
+
+
+def value_error(cfg, overrides: list[str]) -> str | None:
+    """The field checks' line (harness.validate, which needs no torch) for a value the user gave,
+    else None. Only a key of the command line is judged here: a user's value wins over every
+    variant's, so it is as wrong in each of them; anything else waits for the planner."""
+    from harness.errors import ConfigError
+    from harness.validate import validate
+
+    keys = {a.lstrip("+~").split("=", 1)[0] for a in overrides if "=" in a}
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        line = str(err)
+        return line if any(line.startswith(f"{k}:") for k in keys) else None
+    except Exception:        # noqa: BLE001 - e.g. an interpolation only a variant completes: the planner reports it
+        return None
     return None
 
 

@@ -119,12 +119,19 @@ def test_bad_overrides_on_the_command_line_give_one_line(arg, key, kind, real, m
 
 
 def test_an_override_that_does_not_compose_is_reported_before_torch_is_imported():
-    """The command line's first check composes the config only: its error line must not wait for
-    the planner's imports (torch, transformers), which cost seconds in a fresh interpreter."""
+    """The command line's first check composes the config and runs the field checks only: its error
+    line must not wait for the planner's imports (torch, transformers), which cost seconds in a
+    fresh interpreter. A bad value of a key the user gave is judged there too; a scenario's own
+    values (which a variant may complete) are not."""
     probe = ("import sys\n"
              "from harness.__main__ import compose_error\n"
              "err = compose_error(['scenario=smoke_hilo', 'model.nonesuch=3'])\n"
              "assert err and err.startswith('model.nonesuch:'), err\n"
+             "err = compose_error(['scenario=smoke_hilo', 'model.rank=-1'])\n"
+             "assert err and err.startswith('model.rank: -1 is not a rank'), err\n"
+             "err = compose_error(['scenario=smoke_spra', 'compressor.budget=1.5'])\n"
+             "assert err and err.startswith('compressor.budget: 1.5'), err\n"
+             "assert compose_error(['scenario=hilo_distill', 'seeds=[0]']) is None\n"
              "heavy = sorted(m for m in ('torch', 'transformers', 'peft', 'harness.plan') if m in sys.modules)\n"
              "print(','.join(heavy))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
