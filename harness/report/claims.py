@@ -53,6 +53,7 @@ from harness.report.stats import INCONCLUSIVE, crossover, seeds_needed, summariz
 from harness.report.tables import Tables
 
 HILO_BYTES, HILO_SPEEDUP, HILO_RETAINED = 0.016, 2.2, 0.98
+DEFAULT_ALLOCATION = "energy"          # compressor.options.allocation of the paper's Spar
 SPRA_UPLINK, SPRA_COMPUTE = 0.5, 0.5
 COLUMNS = ["method", "claim", "where", "horizon", "estimate", "ci_low", "ci_high", "sd", "n_seeds", "seeds", "rule",
            "verdict", "seeds_to_resolve", "threshold", "direction", "statistic", "note"]
@@ -94,13 +95,29 @@ def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFr
         return
     hilo = hilo[constant_links(hilo) & synchronous(hilo)]     # the claims: the paper's loop on constant links
     for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
-        spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"])]
+        spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"])
+                 & (_allocation(t) == DEFAULT_ALLOCATION)]         # the paper's Spar; the others are its ablation
         if spar.empty:
             continue
         budgets = spar["budget_frac"].dropna()
         if len(budgets):   # the claim is at 1.6%: the budget closest to it
             spar = spar[spar["budget_frac"] == budgets.iloc[int(np.argmin(np.abs(budgets - HILO_BYTES)))]]
         yield f"{scenario} [{backend}]", spar.sort_values(["ref_rank", "rate_mbit"]), t
+
+
+def _allocation(t: pd.DataFrame) -> pd.Series:
+    """Each configuration's Spar allocation; tables without the column (or runs before it) hold the default."""
+    if "allocation" not in t:
+        return pd.Series(DEFAULT_ALLOCATION, index=t.index)
+    return t["allocation"].astype(object).where(t["allocation"].notna(), "").astype(str).replace(
+        {"": DEFAULT_ALLOCATION, "nan": DEFAULT_ALLOCATION})
+
+
+def _same_horizon(t: pd.DataFrame, r: pd.Series) -> pd.Series:
+    """Configurations of ``t`` run for as many updates as ``r`` (``steps``; all, for tables without it)."""
+    if "steps" not in t or pd.isna(r.get("steps")):
+        return pd.Series(True, index=t.index)
+    return t["steps"] == r["steps"]
 
 
 def _where(label: str, r: pd.Series, vs: str | None = None) -> str:
@@ -139,9 +156,10 @@ def _baseline(t: pd.DataFrame, r: pd.Series) -> pd.Series | None:
     return hit.iloc[0] if len(hit) else None
 
 
-def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None) -> str:
-    """The ``horizon`` of an equal-updates verdict: the updates, and whether the better of HiLo and
-    its full sync (higher mean final quality) had plateaued (metrics.plateau) by then."""
+def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None, names: tuple[str, str] = ("HiLo", "full sync")) -> str:
+    """The ``horizon`` of an equal-updates verdict: the updates, and whether the better of ``r`` (HiLo)
+    and ``full`` (its full sync; ``names`` says what the two are) by mean final quality had plateaued
+    (metrics.plateau) by then."""
     updates = values(tables.hilo_runs, r, ONPOLICY_KEYS, "updates")
     text = f"equal updates: final evaluation after {int(max(updates.values(), default=0))} updates"
 
@@ -149,7 +167,7 @@ def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None) -> str:
         q = list(values(tables.hilo_runs, side[0], ONPOLICY_KEYS, "quality").values())
         return float(np.mean(q)) if q else -math.inf
 
-    sides = [(r, "HiLo")] + ([(full, "full sync")] if full is not None else [])
+    sides = [(r, names[0])] + ([(full, names[1])] if full is not None else [])
     better, name = max(sides, key=mean_quality)
     flat, s = plateau(values(tables.hilo_runs, better, ONPOLICY_KEYS, "final_slope").values())
     if s.n < 2:
@@ -159,9 +177,15 @@ def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None) -> str:
             f"95% CI [{s.ci_low:+.3f}, {s.ci_high:+.3f}]")
 
 
+def _horizons(spar: pd.DataFrame) -> pd.DataFrame:
+    """One configuration per training rank and horizon (``steps``), at its slowest rate: in the
+    synchronous loop quality does not depend on the rate, but it does on the updates run."""
+    return spar.groupby([c for c in ("ref_rank", "steps") if c in spar], dropna=False, sort=False).head(1)
+
+
 def hilo_quality(tables: Tables) -> Found:
     for label, spar, t in _spar_configs(tables):
-        for _, r in spar.groupby("ref_rank").head(1).iterrows():   # quality does not depend on the rate
+        for _, r in _horizons(spar).iterrows():
             yield (_where(label, r), values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained"), "",
                    equal_updates(tables, r, _baseline(t, r)))
 
@@ -190,9 +214,13 @@ def hilo_time_to_95(tables: Tables) -> Found:
 
 def hilo_equal_bytes(tables: Tables) -> Found:
     for label, spar, t in _spar_configs(tables):
-        for _, r in spar.groupby("ref_rank").head(1).iterrows():
+        first = spar.groupby("ref_rank").head(1).index
+        for i, r in _horizons(spar).iterrows():
             horizon = equal_updates(tables, r, _baseline(t, r))
-            low = t[(t["method"] == "lowrank") & (t["rate_mbit"] == r["rate_mbit"]) & (t["ref_rank"] == r["ref_rank"])]
+            low = t[(t["method"] == "lowrank") & (t["rate_mbit"] == r["rate_mbit"]) & (t["ref_rank"] == r["ref_rank"])
+                    & _same_horizon(t, r)]
+            if low.empty and i not in first:        # another horizon without its low-rank run: nothing to say
+                continue
             if low.empty:
                 yield _where(label, r, "low-rank (no run)"), {}, "no low-rank run at this rate: not measured", horizon
                 continue
@@ -202,6 +230,26 @@ def hilo_equal_bytes(tables: Tables) -> Found:
             note = (f"low-rank r={int(lo['rank'])} ships {lo['bytes_frac']:.2%} of full sync, "
                     f"HiLo+Spar {r['bytes_frac']:.2%}")
             yield _where(label, r, f"low-rank r={int(lo['rank'])}"), ratio(mine, theirs), note, horizon
+
+
+def hilo_allocation(allocation: str) -> Callable[[Tables], Found]:
+    """Spar's allocation ablation (docs/compress.md "Allocation"; beyond the paper): per on-policy
+    scenario, the per-seed final accuracy of HiLo + Spar with ``allocation`` minus that of the default
+    (energy) at the same rate, training rank and budget, where both ran."""
+    def find(tables: Tables) -> Found:
+        for label, spar, t in _spar_configs(tables):
+            for _, r in spar.iterrows():
+                other = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (_allocation(t) == allocation)
+                          & (t["rate_mbit"] == r["rate_mbit"]) & (t["rank"] == r["rank"])
+                          & (t["budget_frac"] == r["budget_frac"]) & _same_horizon(t, r)]
+                if other.empty:
+                    continue
+                o = other.iloc[0]
+                per_seed = diff(values(tables.hilo_runs, o, ONPOLICY_KEYS, "quality"),
+                                values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality"))
+                yield (_where(label, o, f"{r['variant']} (energy)"), per_seed, f"{o['variant']} - {r['variant']}",
+                       equal_updates(tables, o, r, (allocation, "energy")))
+    return find
 
 
 # ---------------------------------------------------------------- SPRA
@@ -342,6 +390,14 @@ SPECS = [
               ">=", f"per-seed accuracy of spra minus spra_no_resample; met when the whole {INTERVAL} is > 0",
               spra_versus("spra", "spra_no_resample"), "final round"),
 ]
+# Spar's allocation (beyond the paper, docs/compress.md "Allocation"): each variant against the default, energy
+for _at, (_alloc, _what) in enumerate((("normalized", "energy normalised per matrix"),
+                                      ("preconditioned", "the energy of the Adam step (the learner's replicated state)")),
+                                     start=next(i for i, s in enumerate(SPECS) if s.method == "SPRA-LoRA")):
+    SPECS.insert(_at, ClaimSpec(
+        "HiLo (ablation)", f"allocation ablation: {_alloc} ({_what}) vs energy", "accuracy difference", 0.0, ">=",
+        f"per-seed final accuracy of HiLo + Spar with allocation={_alloc} minus energy's (same seed, rate, budget); "
+        f"'met' when the whole {INTERVAL} is > 0 (the variant is better)", hilo_allocation(_alloc)))
 # SPRA's aggregation (beyond the paper, docs/federated.md "Aggregation"): product (sum_k p_k dW_k) against the
 # column average, each lr rule, at 12 rounds and at 36; and the rank rule under each aggregation at 36 rounds
 for _mine, _theirs, _what, _rounds in (
@@ -389,7 +445,7 @@ def crossover_frame(tables: Tables) -> pd.DataFrame:
     ``variants`` lists the names a row joins.
     """
     runs = tables.hilo_runs
-    keys = [k for k in ONPOLICY_KEYS if k not in ("rate_mbit", "variant")]
+    keys = [k for k in ONPOLICY_KEYS if k not in ("rate_mbit", "variant", "steps")]   # speedup is per update
     cols = keys + ["variants", "crossover_mbit", "ci_low", "ci_high", "sd", "n_seeds", "sides", "rates"]
     if runs.empty or "speedup" not in runs:
         return pd.DataFrame(columns=cols)

@@ -127,7 +127,19 @@ class Run:
                 "optimizer": str((self.config.get("federated") or {}).get("optimizer") or "") if self.kind == "federated"
                 else "",
                 "resample_every": float(method.get("resample_every", float("nan")) or 0),
-                "sync_dtype": str(method.get("sync_dtype") or "")}
+                "sync_dtype": str(method.get("sync_dtype") or ""),
+                "allocation": self.allocation,
+                "steps": float((self.config.get("onpolicy") or {}).get("steps") or "nan") if self.kind == "onpolicy"
+                else float("nan")}
+
+    @property
+    def allocation(self) -> str:
+        """Spar's rank allocation (``compressor.options.allocation``; ``energy``, the default, when unset)
+        for an on-policy Spar run; "" otherwise."""
+        comp = self.config.get("compressor") or {}
+        if self.kind != "onpolicy" or comp.get("name") != "spar":
+            return ""
+        return str((comp.get("options") or {}).get("allocation") or "energy")
 
     @property
     def ref_rank(self) -> float:

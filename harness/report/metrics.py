@@ -116,7 +116,7 @@ TARGET_FRACTION = 0.9
 WALLCLOCK_TARGET = 0.95      # the equal-wall-clock horizon: time to 95% of the same seed's full-sync final quality
 PLATEAU_EVALS = 3            # the plateau criterion's window: the slope over the last 3 evaluations
 ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit",
-                 "delay_ms", "rank", "budget_frac", "ref_rank", "staleness", "trace"]
+                 "delay_ms", "rank", "budget_frac", "ref_rank", "staleness", "trace", "allocation", "steps"]
 FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms", "trace"]
 LINK_KEYS = ["backend", "task", "rate_mbit", "delay_ms", "trace"]     # trace: the link traces' names (NaN: constant links)
 
@@ -368,8 +368,9 @@ def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFra
 
 
 def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
-    """The synchronous (staleness 0) full sync at the same link and training rank."""
-    cands = _match(configs[configs["method"] == "full_sync"], row, LINK_KEYS)
+    """The synchronous (staleness 0) full sync at the same link, training rank and horizon (``steps``,
+    the configured updates: a ratio of final qualities is only meaningful at equal updates)."""
+    cands = _match(configs[configs["method"] == "full_sync"], row, LINK_KEYS + [k for k in ("steps",) if k in configs])
     cands = cands[synchronous(cands)]
     return _pick_reference(cands[cands["rank"] == row["ref_rank"]], row, "full_sync")
 

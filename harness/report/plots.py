@@ -230,6 +230,7 @@ def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
         return
     for (scenario, backend, task), group in data.groupby(["scenario", "backend", "task"], sort=True):
         group = group[group["rate_mbit"] == group["rate_mbit"].min()] if group["rate_mbit"].notna().any() else group
+        group, horizon = _main_horizon(group)
         for ref, g in group.groupby("ref_rank"):
             g = g[(g["rank"] == g["ref_rank"]) | (g["method"] == "lowrank")]
             g = with_series(g.assign(variant=g["variant"]), ["method", "compressor"],
@@ -251,10 +252,23 @@ def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
                 caption = (f"Quality-vs-bytes frontier: final {QUALITY_LABELS.get(metric, metric).lower()} vs bytes "
                            f"per update, budgets {', '.join(f'{b:.1%}' for b in budgets)} per compressor, low-rank "
                            f"training at its ranks, full sync at 100%; training rank {int(ref)}, "
-                           f"{g['rate_mbit'].min():g} Mbit/s; task {task}, scenario {scenario}, backend {backend}. "
+                           f"{g['rate_mbit'].min():g} Mbit/s{horizon}; task {task}, scenario {scenario}, backend {backend}. "
                            "Error bars: 95% t-interval over seeds (seeds per point: "
                            f"{', '.join(sorted(set(str(int(n)) for n in g['seeds'])))}).")
                 finish(log, fig, out_dir, name, caption, CARRIES["frontier"])
+
+
+def _main_horizon(group: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The configurations of a frontier: the paper's Spar allocation only, at the horizon most of them
+    ran (``steps``; a longer-horizon pair and the allocation ablation are other experiments), and
+    the caption's words for that horizon."""
+    if "allocation" in group:
+        alloc = group["allocation"].astype(object).where(group["allocation"].notna(), "").astype(str)
+        group = group[alloc.isin(["", "nan", "energy"])]
+    if "steps" not in group or not group["steps"].notna().any():
+        return group, ""
+    main = group["steps"].mode().iloc[0]
+    return group[group["steps"].isna() | (group["steps"] == main)], f", {int(main)} updates"
 
 
 def _bytes_text(budgets: int):

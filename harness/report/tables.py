@@ -40,7 +40,7 @@ HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_
               "rebuilt_base_runs", "load_notes", "base_sha256", "updates", "workers", "time_to_target_s", "downlink_bytes_per_update",
               "wire_bytes_per_update",
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
-              "baseline_dtype", "command", "staleness", "trace", "efficiency", "rollout_kl"]
+              "baseline_dtype", "command", "staleness", "trace", "allocation", "steps", "efficiency", "rollout_kl"]
 HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
 SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
 SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "trace", "optimizer", "lr_rule", "a_variance",

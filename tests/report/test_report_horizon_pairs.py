@@ -1,0 +1,59 @@
+"""Two horizons of one comparison (``onpolicy.steps``: the run.json key ``steps``): each HiLo run is
+paired with the full sync of its own horizon, and the quality claim is judged once per horizon."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from harness.report.claims import SPECS, claims_frame
+from harness.report.metrics import onpolicy_runs, onpolicy_table
+from harness.report.tables import Tables, hilo_table
+
+RUNS = {  # variant: (method, compressor, steps, {seed: final accuracy})
+    "full_sync_10mbit": ("full_sync", "none", 4, {0: 0.80, 1: 0.82, 2: 0.81}),
+    "hilo_spar_10mbit": ("hilo", "spar", 4, {0: 0.60, 1: 0.62, 2: 0.61}),
+    "full_sync_long_10mbit": ("full_sync", "none", 8, {0: 0.90, 1: 0.92, 2: 0.91}),
+    "hilo_spar_long_10mbit": ("hilo", "spar", 8, {0: 0.90, 1: 0.91, 2: 0.90}),
+}
+
+
+def _rows() -> pd.DataFrame:
+    lines = []
+    for variant, (method, comp, steps, seeds) in RUNS.items():
+        for seed, acc in seeds.items():
+            for step in range(steps):
+                common = dict(kind="onpolicy", run_id=f"{variant}-s{seed}", step=step, scenario="hilo_distill",
+                              backend="tc", variant=variant, method=method, compressor=comp, task="distill",
+                              rate_mbit=10.0, delay_ms=0.0, rank=64, ref_rank=64, staleness=0, seed=seed,
+                              allocation="energy" if comp == "spar" else "", steps=float(steps),
+                              budget_frac=0.016 if method == "hilo" else float("nan"))
+                lines.append({**common, "role": "learner", "update_s": 1.0 if method == "hilo" else 2.0,
+                              "payload_bytes_down": 1000.0, "accuracy": acc if step == steps - 1 else float("nan")})
+                lines.append({**common, "role": "worker0"})
+    return pd.DataFrame(lines)
+
+
+@pytest.fixture(scope="module")
+def runs() -> pd.DataFrame:
+    return onpolicy_runs(_rows())
+
+
+def test_each_run_pairs_with_the_full_sync_of_its_own_horizon(runs):
+    paired = dict(zip(runs["variant"], runs["baseline_variant"]))
+    assert paired["hilo_spar_10mbit"] == "full_sync_10mbit"
+    assert paired["hilo_spar_long_10mbit"] == "full_sync_long_10mbit"        # not the shorter run at the same link
+    long = runs[runs["variant"] == "hilo_spar_long_10mbit"].sort_values("seed")
+    assert list(long["quality_retained"]) == pytest.approx([0.90 / 0.90, 0.91 / 0.92, 0.90 / 0.91])
+
+
+def test_the_quality_claim_is_judged_once_per_horizon(runs):
+    empty = pd.DataFrame()
+    tables = Tables(hilo=hilo_table(onpolicy_table(runs=runs)), spra=empty, sweep=empty, backends=empty, hilo_runs=runs)
+    spec = next(s for s in SPECS if s.claim == "quality within 2% of full sync")
+    frame = claims_frame(tables, [spec])
+    assert len(frame) == 2
+    by_updates = {re.search(r"after (\d+) updates", h).group(1): e for h, e in zip(frame["horizon"], frame["estimate"])}
+    assert by_updates["4"] == pytest.approx((0.60 / 0.80 + 0.62 / 0.82 + 0.61 / 0.81) / 3)
+    assert by_updates["8"] == pytest.approx((1.0 + 0.91 / 0.92 + 0.90 / 0.91) / 3)
