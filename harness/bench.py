@@ -99,6 +99,10 @@ OPTIONAL = (
     Step("spra_ablations", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_ABLATIONS}]"),
          "the rest of SPRA's variance x lr-rule cross and its resampling sweep (T=1, 3), 3 seeds (~5.5 min)"),
     POPULATION,
+    Step("horizon", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS,
+                     "only=[full_sync_long_10mbit,lowrank_r1_long_10mbit,hilo_spar_long_10mbit]"),
+         "the horizon: full sync, low-rank r=1 and HiLo+Spar for 240 updates at 10 Mbit/s (3x the reference), "
+         "each at its tuned rate, judged against the full sync of the same horizon; 3 seeds"),
     Step("spar_allocation", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS,
                              "only=[hilo_spar_normalized_10mbit,hilo_spar_preconditioned_10mbit]"),
          "Spar's allocation ablation on the tiny model (normalized, preconditioned; energy is hilo_spar_10mbit), 3 seeds "
