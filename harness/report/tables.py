@@ -42,6 +42,8 @@ HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
               "baseline_dtype", "command", "staleness", "trace", "allocation", "steps", "efficiency", "rollout_kl"]
 HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
+# per run only (the claims' horizons, harness/report/metrics.py "Horizons"): judged from the seeds, never averaged first
+HILO_RUN_EXTRA = ["final_slope", "equal_time_s", "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full"]
 SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
 SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "trace", "optimizer", "lr_rule", "a_variance",
               "resample_every",
@@ -172,7 +174,7 @@ def build_tables(coll: Collection) -> Tables:
     onpolicy, federated = onpolicy_table(runs=op_runs), federated_table(runs=fed_runs)
     return Tables(hilo=hilo_table(onpolicy), spra=spra_table(federated), sweep=sweep_table(onpolicy),
                   backends=backend_table(onpolicy, federated), snr=read_snr(coll.results_dir / "tables"),
-                  hilo_runs=runs_table(op_runs, HILO_COLUMNS + HILO_EXTRA),
+                  hilo_runs=runs_table(op_runs, HILO_COLUMNS + HILO_EXTRA + HILO_RUN_EXTRA),
                   spra_runs=runs_table(fed_runs, SPRA_COLUMNS + SPRA_EXTRA))
 
 
