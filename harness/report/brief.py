@@ -80,6 +80,29 @@ def compact_where(where: str) -> str:
     return " ".join(parts)
 
 
+def short_horizon(text) -> str:
+    """claims.csv's ``horizon`` in a few words: ``80 updates, not plateaued``, ``equal time (15.9 s)``,
+    ``time to 95%``, ``per update``, ``final round (36)``."""
+    import re
+
+    if not isinstance(text, str) or not text:
+        return ""
+    updates = re.match(r"equal updates: final evaluation after (\d+) updates", text)
+    if updates:
+        state = ("not plateaued" if "NOT plateaued" in text else "plateaued" if " plateaued:" in text
+                 else "plateau not judged")
+        return f"{updates.group(1)} updates, {state}"
+    when = re.match(r"equal wall-clock: when the faster finishes(?: \(mean ([\d.]+) s\))?", text)
+    if when:
+        return f"equal time ({when.group(1)} s)" if when.group(1) else "equal time"
+    if text.startswith("equal wall-clock: time to"):
+        return "time to " + text.split("time to ", 1)[1].split(" ", 1)[0]
+    rounds = re.match(r"final round \((\d+) rounds\)", text)
+    if rounds:
+        return f"final round ({rounds.group(1)})"
+    return text.split(" (", 1)[0]
+
+
 def _claim(text: str) -> str:
     """The claim without a trailing parenthetical note."""
     return text[: text.rindex(" (")] if text.endswith(")") and " (" in text else text
@@ -101,7 +124,7 @@ def short_frame(claims: pd.DataFrame) -> pd.DataFrame:
                  "verdict": row["verdict"], "n": int(row["n_seeds"]) if not pd.isna(row["n_seeds"]) else 0,
                  "model": model}
         if "horizon" in claims.columns:
-            short["horizon"] = row.get("horizon", "")
+            short["horizon"] = short_horizon(row.get("horizon", ""))
         rows.append(short)
     return pd.DataFrame(rows)
 

@@ -70,3 +70,21 @@ def test_rewrite_readme_replaces_only_the_block(tmp_path):
     rewrite_readme(path, "| new |\n|---|")
     assert path.read_text() == "intro\n<!-- claims:begin (cmd) -->\n| new |\n|---|\n<!-- claims:end -->\noutro\n"
     assert readme_block(path.read_text()) == "| new |\n|---|"
+
+
+def test_the_horizon_is_shortened_to_what_tells_verdicts_apart():
+    from harness.report.brief import short_horizon
+
+    long = "equal updates: final evaluation after {} updates; full sync {}: slope over the last 3 evaluations +0.1"
+    assert short_horizon(long.format(80, "NOT plateaued (still rising: a per-update lag at this horizon)")) == \
+        "80 updates, not plateaued"
+    assert short_horizon(long.format(240, "plateaued")) == "240 updates, plateaued"
+    assert short_horizon("equal updates: final evaluation after 30 updates; plateau not judged (one evaluation)") == \
+        "30 updates, plateau not judged"
+    assert short_horizon("equal wall-clock: when the faster finishes (mean 15.9 s)") == "equal time (15.9 s)"
+    assert short_horizon("equal wall-clock: time to 95% of full sync's final quality") == "time to 95%"
+    assert short_horizon("final round (36 rounds)") == "final round (36)"
+    assert short_horizon("per update (mean over the run)") == "per update"
+    assert short_horizon(float("nan")) == ""
+    frame = short_frame(CLAIMS.assign(horizon=["per update (mean over the run)", "final round", float("nan")]))
+    assert frame["horizon"].tolist() == ["per update", "final round", ""]
