@@ -77,7 +77,10 @@ class Run:
         and the launcher's), or the roles' CPU time exceeds ``cpus x wall`` (the roles alone
         asked for more than the machine has). Records without ``others_cpu_s`` fall back to the
         1-minute load average at start or end above half the CPUs (which also counts the previous
-        run's own processes, so it over-flags back-to-back runs).
+        run's own processes, so it over-flags back-to-back runs). A placement with more busy roles than
+        cores (``oversubscribed``) is named in the reason but does not flag the run: it is the
+        machine's shape, the same for a method and its baseline (every run on 2 cores with 3 roles),
+        not other programs' load; a run whose roles asked for more CPU than there was is flagged above.
         """
         load = self.meta.get("load")
         if not isinstance(load, dict):
@@ -98,9 +101,9 @@ class Run:
         if cpu_s is not None and wall_s and cpus == cpus and float(cpu_s) > cpus * float(wall_s):
             notes.append(f"roles' CPU {float(cpu_s):.0f} s > {cpus:g} CPUs x {float(wall_s):.0f} s wall")
         placement = self.meta.get("placement") or {}
-        if placement.get("oversubscribed"):          # more busy roles than cores on a host (harness/placement.py)
-            notes.append(f"oversubscribed: more roles than cores on {', '.join(placement.get('oversubscribed_hosts') or ['a host'])}")
-        return bool(notes), "; ".join(notes)
+        shape = ([f"oversubscribed: more roles than cores on {', '.join(placement.get('oversubscribed_hosts') or ['a host'])}"]
+                 if placement.get("oversubscribed") else [])   # more busy roles than cores on a host (harness/placement.py)
+        return bool(notes), "; ".join(notes + shape)
 
     def bases(self) -> tuple[bool, str]:
         """(any base rebuilt, i.e. its recipe has a shipped reference and the hash differs from it;
