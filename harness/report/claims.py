@@ -371,7 +371,7 @@ SPECS = [
     ClaimSpec("SPRA-LoRA", "client compute <= 50% of FedIT (reading 2: LoRA's own FLOPs over the frozen model's "
               "forward and backward)", "adapter_frac_vs_fedit", SPRA_COMPUTE, "<=",
               f"per-seed adapter FLOPs over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
-              spra_adapter_compute),
+              spra_adapter_compute, "per round (mean over the run)"),
     ClaimSpec("SPRA-LoRA", "higher final accuracy than every baseline", "accuracy - baseline accuracy", 0.0, ">=",
               f"per-seed accuracy difference to this baseline (same seed); met when the whole {INTERVAL} is > 0",
               spra_beats_baselines, "final round"),
