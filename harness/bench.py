@@ -33,7 +33,7 @@ class Step:
 
 
 PY = sys.executable
-# The reference (make bench, ~49 min on 2 idle cores). Headline comparisons at seeds 0-4: HiLo+Spar vs
+# The reference (make bench: 55.0 min on 2 cores, 2026-12-04). Headline comparisons at seeds 0-4: HiLo+Spar vs
 # full sync vs low-rank r=1 on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA
 # (SGD). At seeds 0-2: the lossless patch, SPRA vs FedIT with AdamW (the optimizer of FedIT's own
 # code), SPRA's own claims as paired variants (equal uplink, the lr rule at A's variance 1/r_ref,
@@ -59,27 +59,27 @@ SPRA_AGGREGATION = ("spra_product,spra_product_const_lr,spra_r36,spra_const_lr_r
 STEPS = (
     Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
     Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", FULL_SEEDS, f"only=[{HILO_HEADLINE}]"),
-         "HiLo+Spar vs full sync and low rank r=1 at 10 and 100 Mbit/s; on-policy distillation, 5 seeds"),
+         "HiLo+Spar vs full sync and low rank r=1 at 10 and 100 Mbit/s; on-policy distillation, 5 seeds (15.0 min)"),
     Step("patch", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, "only=[patch_10mbit]"),
-         "the lossless bf16 patch at 10 Mbit/s, 3 seeds", full=(FULL_SEEDS,)),
+         "the lossless bf16 patch at 10 Mbit/s, 3 seeds (3.2 min)", full=(FULL_SEEDS,)),
     Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", FULL_SEEDS, f"only=[{SPRA_HEADLINE}]"),
-         "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), 5 seeds",
+         "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), 5 seeds (7.2 min)",
          full=(FULL_SEEDS,)),
     Step("spra_adamw", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_MORE}]"),
-         "SPRA vs FedIT with AdamW (the common optimizer), 3 seeds"),
+         "SPRA vs FedIT with AdamW (the common optimizer), 3 seeds (2.5 min)"),
     Step("spra_claims", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_CLAIMS}]"),
-         "SPRA's own claims: equal uplink (2x ranks), the lr rule at A's variance 1/r_ref, resampling; 3 seeds"),
+         "SPRA's own claims: equal uplink (2x ranks), the lr rule at A's variance 1/r_ref, resampling; 3 seeds (5.3 min)"),
     Step("hilo_wide", (PY, "-m", "harness", "scenario=hilo_wide", THREE_SEEDS, f"only=[{WIDE_HEADLINE}]"),
          "HiLo at LLM proportions (wide model, r/d = 1/16): full sync, low-rank r=1, HiLo+Spar at 10 and 100 Mbit/s, "
-         "3 seeds (~14 min)", full=(THREE_SEEDS,)),
+         "3 seeds (17.5 min)", full=(THREE_SEEDS,)),
     Step("compress_wide", (PY, "-m", "harness.compress.bench", "--model", "wide,small", "--steps", "20",
                            "--csv", "results/tables/compress_wide.csv"),
          "compressors at LLM shapes: Spar, PowerSGD (subset and as itself), top-k, rand-k, quant on real LoRA "
-         "gradients of the wide and small shapes at 0.5/1.6/5%, one process"),
+         "gradients of the wide and small shapes at 0.5/1.6/5%, one process (0.9 min)"),
     Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
-         "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process"),
-    Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank"),
-    Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs"),
+         "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process (1.0 min)"),
+    Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank (0.2 min)"),
+    Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs (2.2 min)"),
 )
 # A scenario of its own (not variants a full step covers): optional, and in --full too.
 POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population", THREE_SEEDS),
@@ -97,20 +97,20 @@ OPTIONAL = (
     Step("spra_traces", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, "only=[spra_trace,fedit_trace]"),
          "SPRA and FedIT with every client on link traces, 3 seeds (~5.5 min)"),
     Step("spra_ablations", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_ABLATIONS}]"),
-         "the rest of SPRA's variance x lr-rule cross and its resampling sweep (T=1, 3), 3 seeds (~5.5 min)"),
+         "the rest of SPRA's variance x lr-rule cross and its resampling sweep (T=1, 3), 3 seeds (6.6 min, 2026-12-04)"),
     POPULATION,
     Step("horizon", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS,
                      "only=[full_sync_long_10mbit,lowrank_r1_long_10mbit,hilo_spar_long_10mbit]"),
          "the horizon: full sync, low-rank r=1 and HiLo+Spar for 240 updates at 10 Mbit/s (3x the reference), "
-         "each at its tuned rate, judged against the full sync of the same horizon; 3 seeds"),
+         "each at its tuned rate, judged against the full sync of the same horizon; 3 seeds (18.7 min)"),
     Step("spar_allocation", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS,
                              "only=[hilo_spar_normalized_10mbit,hilo_spar_preconditioned_10mbit]"),
          "Spar's allocation ablation on the tiny model (normalized, preconditioned; energy is hilo_spar_10mbit), 3 seeds "
-         "(3 variants took 24 min at load 5-19)"),
+         "(3.7 min, 2026-12-04)"),
     Step("spar_allocation_errors", (PY, "-m", "harness.compress.bench", "--allocations", "--model", "tiny,wide",
                                     "--seeds", "0,1,2", "--steps", "50", "--budgets", "0.016"),
          "gradient and Adam-update errors of each Spar allocation at 1.6%, tiny and wide, 3 seeds, one process "
-         "(7 min at load ~10)"),
+         "(1.6 min, 2026-12-04)"),
     Step("compress_real", (PY, "-m", "harness.compress.bench", "--model", "smollm2", "--rank", "16,8,64", "--steps",
                            "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv",
                            "--plot", "results/plots/spar_ranks_real.png"),
@@ -119,7 +119,7 @@ OPTIONAL = (
     Step("spra_aggregation", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS,
                               f"only=[{SPRA_AGGREGATION}]"),
          "SPRA's aggregation ablation (product vs column, linear vs constant lr, 12 and 36 rounds), 3 seeds "
-         "(21 min at load 5-19)"),
+         "(13.2 min, 2026-12-04)"),
 )
 FULL_ONLY = (
     Step("hilo_reward", (PY, "-m", "harness", "scenario=hilo_reward", FULL_SEEDS),
