@@ -91,7 +91,9 @@ def test_the_plan_carries_the_placement_and_the_roles_their_slots():
     assert run_id_of(cfg, "v") != run_id_of(other, "v")
 
 
-def test_report_marks_an_oversubscribed_run_as_it_marks_a_loaded_one(tmp_path):
+def test_report_names_an_oversubscribed_run_without_flagging_it_loaded(tmp_path):
+    """More roles than cores is the machine's shape (every run on 2 cores with 3+ roles, a method and
+    its baseline alike): named in the reason, not taken for other programs' load."""
     import pandas as pd
 
     from harness.report.collect import Run
@@ -101,7 +103,10 @@ def test_report_marks_an_oversubscribed_run_as_it_marks_a_loaded_one(tmp_path):
     crowded = {"oversubscribed": True, "oversubscribed_hosts": ["local"]}
     assert Run(tmp_path, "s", "r", "ok", "", {"load": idle}, pd.DataFrame()).load() == (False, "")
     flag, note = Run(tmp_path, "s", "r", "ok", "", {"load": idle, "placement": crowded}, pd.DataFrame()).load()
-    assert flag is True and note == "oversubscribed: more roles than cores on local"
+    assert flag is False and note == "oversubscribed: more roles than cores on local"
+    busy = {**idle, "others_cpu_s": 30.0}                            # > 0.25 x 2 CPUs x 20 s: flagged, both named
+    flag, note = Run(tmp_path, "s", "r", "ok", "", {"load": busy, "placement": crowded}, pd.DataFrame()).load()
+    assert flag is True and note.endswith("; oversubscribed: more roles than cores on local")
 
 
 def test_a_role_pins_itself_to_its_slots():

@@ -233,9 +233,6 @@ def test_load_and_base_flags_from_run_json(tmp_path):
     assert run({"load": alone}).load() == (False, "")
     shared = {**IDLE, "machine_cpu_s": 30.0, "launcher_cpu_s": 0.5, "others_cpu_s": 19.5}   # > 0.25 x 2 x 20 s
     assert run({"load": shared}).load() == (True, "other programs took 20 CPU s > 0.25 x 2 CPUs x 20 s wall")
-    # more roles than cores: named, not flagged (the machine's shape, shared by a method and its baseline)
-    shape = {"load": alone, "placement": {"oversubscribed": True, "oversubscribed_hosts": ["local"]}}
-    assert run(shape).load() == (False, "oversubscribed: more roles than cores on local")
     bases = {"student": {"sha256": "ab" * 32, "reference": True},
              "teacher": {"sha256": "cd" * 32, "reference": False, "reference_sha256": "ef" * 32}}
     rebuilt, text = run({"bases": bases}).bases()
