@@ -22,7 +22,7 @@ an edge of the grid, the grid is extended one step past that edge (ladder 1, 3, 
 x 10^n) and the new point run, up to ``extend`` times.
 
 On-policy variants that differ only in the link (``net.*``) or in the horizon
-(``onpolicy.steps``, ``onpolicy.eval_every``: the short timing-only runs) train alike, so they
+(``onpolicy.steps``, ``onpolicy.eval_every``, ``onpolicy.eval_base``: the short timing-only runs) train alike, so they
 share one entry, named after the first such variant of the scenario; every point runs at the
 scenario's own horizon (``onpolicy.steps``; a ``onpolicy.steps=N`` override tunes at N).
 
@@ -53,10 +53,11 @@ GRIDS = {"sgd": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [1e-4, 3e-4, 1e-3, 3e-3]}
 TUNE_KEYS = ("scenario", "only", "seeds", "lrs", "extend")
 ONPOLICY_TASKS = ("distill", "reward")
 # on-policy overrides that do not change what trains: the link, the horizon of a timing-only variant, the lr itself
-SHARED_PREFIXES = ("net.", "onpolicy.steps=", "onpolicy.eval_every=", "onpolicy.lr=")
+SHARED_PREFIXES = ("net.", "onpolicy.steps=", "onpolicy.eval_every=", "onpolicy.eval_base=", "onpolicy.lr=")
 # an on-policy tuning point: evaluated once, after its last update, on task.validation_prompts validation prompts;
 # no policy-mismatch diagnostic (housekeeping outside the update: neither changes a bit of the trajectory)
-ONPOLICY_TUNING = ["onpolicy.eval_every=0", "onpolicy.policy_kl=false", "task.eval_prompts=${task.validation_prompts}"]
+ONPOLICY_TUNING = ["onpolicy.eval_every=0", "onpolicy.eval_base=false", "onpolicy.policy_kl=false",
+                   "task.eval_prompts=${task.validation_prompts}"]
 
 
 def family(cfg) -> str:

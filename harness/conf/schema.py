@@ -163,6 +163,7 @@ class OnPolicyConfig:
     weight_decay: float = 0.0
     clip_norm: float = 1.0           # clip the learner's true gradient to this global L2 norm before sync (0: off)
     eval_every: int = 5
+    eval_base: bool = False          # also evaluate the base model (the adapter before update 0): base_<metric> on row 0
     policy_kl: bool = True           # record KL(worker policy || learner policy) on the rollouts
     staleness: int = 0               # 0: synchronous; 1: update t+1's rollouts use policy t while update t's payload is on the wire
     # --- fault injection (tests): flip one bit of a worker's state after it applies an update ---

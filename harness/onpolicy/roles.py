@@ -150,6 +150,7 @@ def run_learner(ctx, s: Setup) -> None:
     expected: str | None = None               # the learner's checksum of the state after the last verified update
     pending: list[int] = []                   # staleness 1: workers found out of sync at the last ack, resynced next
     versions = {0: _snapshot(s)} if op.staleness and op.policy_kl else {}   # adapter of each policy version still needed
+    base = {f"base_{k}": v for k, v in evaluate(s, last=False).items()} if op.eval_base else {}   # outside every window
     for step in range(steps):
         ctx.channel.barrier()
         row, rollouts, prior_in_sync, pending = learner_update(ctx, s, step, expected, pending)
@@ -160,6 +161,7 @@ def run_learner(ctx, s: Setup) -> None:
         expected = s.sync.expected_checksum() if verify_due(step, every) else None
         if step == 0:
             row["init_in_sync"] = init.in_sync
+            row.update(base)
         if op.policy_kl:
             row["policy_kl"] = policy_kl(s.task, s.policy, s.replica.params, s.sync.worker_params(), rollouts)
             if row["rollout_policy"] != step:     # KL(rollout policy || the policy trained on them), per token

@@ -8,6 +8,8 @@ harness/report/aggregate.py); harness/report/stats.py turns them into an estimat
 t-interval, a verdict in {met, not met, inconclusive} and the seeds that would resolve an
 inconclusive one.
 
+Setup (per on-policy scenario that evaluates its base model, ``onpolicy.eval_base``): full sync's
+final accuracy exceeds the base model's, so the comparisons below are between runs that learn.
 HiLo (per on-policy scenario and backend; HiLo + Spar at the scenario's training rank, at
 the budget closest to 1.6%; bytes and speedup only against a bf16 full sync):
 - bytes per update <= 1.6% of full sync: *by construction* (the budget is a config value
@@ -232,6 +234,22 @@ def hilo_equal_bytes(tables: Tables) -> Found:
             yield _where(label, r, f"low-rank r={int(lo['rank'])}"), ratio(mine, theirs), note, horizon
 
 
+def full_sync_learns(tables: Tables) -> Found:
+    """Full sync's final quality minus the base model's (``onpolicy.eval_base``), per scenario and
+    horizon: whether the run is long enough to learn anything (a run that learns nothing measures nothing)."""
+    hilo = tables.hilo
+    if hilo.empty or "base_quality" not in hilo:
+        return
+    hilo = hilo[constant_links(hilo) & synchronous(hilo)]
+    for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
+        full = t[(t["method"] == "full_sync") & pd.to_numeric(t["base_quality"], errors="coerce").notna()]
+        for _, r in _horizons(full.sort_values(["ref_rank", "rate_mbit"])).iterrows():
+            gain = values(tables.hilo_runs, r, ONPOLICY_KEYS, "gain_over_base")
+            note = f"base {r['base_quality']:.3f} ({r['quality_metric']}), full sync {r['quality']:.3f}"
+            yield (f"{scenario} [{backend}] {r['rate_mbit']:g} Mbit/s, r={int(r['rank'])}, vs the base model", gain,
+                   note, f"equal updates: after {int(r['steps'])} updates" if pd.notna(r.get("steps")) else None)
+
+
 def hilo_allocation(allocation: str) -> Callable[[Tables], Found]:
     """Spar's allocation ablation (docs/compress.md "Allocation"; beyond the paper): per on-policy
     scenario, the per-seed final accuracy of HiLo + Spar with ``allocation`` minus that of the default
@@ -338,6 +356,10 @@ def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
 
 INTERVAL = "95% t-interval of the per-seed values"
 SPECS = [
+    ClaimSpec("full sync", "held-out quality improves on the base model (the run is long enough to learn)",
+              "quality - base quality", 0.0, ">=",
+              f"per-seed final accuracy minus the base model's (the adapter before update 0, same held-out prompts); "
+              f"met when the whole {INTERVAL} is > 0", full_sync_learns),
     ClaimSpec("HiLo", "bytes per update <= 1.6% of full sync (configured budget / achieved; by construction)",
               "bytes_frac", HILO_BYTES, "<=",
               f"per-seed bytes/update over the same seed's bf16 full sync; met when the whole {INTERVAL} is <= 1.6%",

@@ -104,7 +104,8 @@ LOWER_IS_BETTER = {"reverse_kl", "eval_loss"}
 COMPUTE_MEASURES = ("client_flops", "client_compute_isolated_s", "client_compute_s")   # best first
 ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "policy_kl", "bytes_frac", "speedup",
                   "quality_retained", "time_to_target_s", "efficiency", "rollout_kl", "final_slope", "equal_time_s",
-                  "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full"]
+                  "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full",
+                  "base_quality", "gain_over_base"]
 PHASES = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")   # serial at k=0
 FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops",
                    "client_adapter_flops", "adapter_frac_vs_fedit", "round_s",
@@ -227,6 +228,7 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "wire_efficiency": ideal / transfer.sum() if transfer.sum() > 0 and not math.isnan(ideal) else np.nan,
         "quality": quality.iloc[-1] if len(quality) else np.nan,
         "quality_metric": metric or "none",
+        "base_quality": _final(hub, f"base_{metric}") if metric else np.nan,   # onpolicy.eval_base: before update 0
         "continuous": _final(hub, cont),
         "continuous_metric": cont or "none",
         "policy_kl": _final(hub, "policy_kl"),
@@ -401,6 +403,7 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
     frame["bytes_frac"] = paired_column(frame, base, "bytes_per_update")
     frame["speedup"] = 1.0 / paired_column(frame, base, "update_s")
     frame["quality_retained"] = paired_column(frame, base, "quality")
+    frame["gain_over_base"] = frame["quality"] - frame["base_quality"]     # NaN without onpolicy.eval_base
     frame["time_to_target_s"] = [time_to_target(curves[r], TARGET_FRACTION * frame.at[b, "quality"]) if b >= 0
                                  else np.nan for r, b in zip(frame["run_id"], base)]
     _horizons(frame, base, curves)

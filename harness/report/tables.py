@@ -40,7 +40,8 @@ HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_
               "rebuilt_base_runs", "load_notes", "base_sha256", "updates", "workers", "time_to_target_s", "downlink_bytes_per_update",
               "wire_bytes_per_update",
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
-              "baseline_dtype", "command", "staleness", "trace", "allocation", "steps", "efficiency", "rollout_kl"]
+              "baseline_dtype", "command", "staleness", "trace", "allocation", "steps", "efficiency", "rollout_kl",
+              "base_quality", "gain_over_base"]
 HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
 # per run only (the claims' horizons, harness/report/metrics.py "Horizons"): judged from the seeds, never averaged first
 HILO_RUN_EXTRA = ["final_slope", "equal_time_s", "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full"]
