@@ -1,0 +1,60 @@
+"""onpolicy.eval_base: the learner evaluates the base policy (the adapter before update 0) on the
+held-out prompts and records it as ``base_<metric>`` on row 0, outside every timed window, without
+touching the run's trajectory (greedy evaluation draws no random numbers)."""
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+pytestmark = [pytest.mark.slow]
+
+STEPS = 2
+SAME = ("loss", "grad_norm", "update_bytes", "payload_bytes_down", "accuracy", "reverse_kl", "update_s")
+
+
+def _learner(tmp_path, name: str, *extra: str):
+    from harness.onpolicy.inproc import run_in_threads
+    from harness.plan import build_plan
+    from harness.record import read_rows
+    from harness.run import _merge_overrides, compose_config
+
+    base = ["scenario=smoke_hilo", f"onpolicy.steps={STEPS}", "onpolicy.eval_every=0", "progress=false", *extra]
+    variants = OmegaConf.to_container(compose_config(base).variants, resolve=False)
+    cfg = compose_config(_merge_overrides(base, list(variants["full_sync"])))
+    here = tmp_path / name
+    here.mkdir()
+    run_in_threads(OmegaConf.to_container(cfg, resolve=True), here, plan=build_plan(cfg).to_dict())
+    rows = read_rows(here)
+    return rows[rows.role == "learner"].sort_values("step").reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("eval_base")
+    return {name: _learner(tmp, name, *extra) for name, extra in (
+        ("plain", ()), ("base", ("onpolicy.eval_base=true",)),
+        ("frozen", ("onpolicy.eval_base=true", "onpolicy.lr=0")))}
+
+
+def test_the_base_evaluation_lands_on_row_0_only(runs):
+    learner = runs["base"]
+    assert "base_accuracy" not in runs["plain"]
+    assert learner["base_accuracy"].notna().tolist() == [True] + [False] * (STEPS - 1)
+    assert 0.0 <= learner.at[0, "base_accuracy"] <= 1.0
+
+
+def test_the_base_evaluation_leaves_the_trajectory_alone(runs):
+    plain, base = runs["plain"], runs["base"]
+    for col in SAME:
+        if col == "update_s":     # a wall-clock time: only its presence at every update
+            assert base[col].notna().all()
+            continue
+        a, b = plain[col].tolist(), base[col].tolist()
+        assert [x for x in a if x == x] == [x for x in b if x == x], (col, a, b)
+
+
+def test_an_adapter_that_never_moves_scores_the_base(runs):
+    """lr 0: every update leaves the adapter where it started, so the final evaluation is the base's."""
+    frozen = runs["frozen"]
+    assert frozen["accuracy"].dropna().iloc[-1] == frozen.at[0, "base_accuracy"]
+    assert frozen["reverse_kl"].dropna().iloc[-1] == pytest.approx(frozen.at[0, "base_reverse_kl"])
