@@ -92,11 +92,7 @@ def ratio(a: dict, b: dict) -> dict:
 # ---------------------------------------------------------------- HiLo
 def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFrame]]:
     """(scenario [backend] label, HiLo+Spar configurations at the training rank, that scenario's table)."""
-    hilo = tables.hilo
-    if hilo.empty:
-        return
-    hilo = hilo[constant_links(hilo) & synchronous(hilo)]     # the claims: the paper's loop on constant links
-    for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
+    for label, t in _onpolicy_groups(tables):
         spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"])
                  & (_allocation(t) == DEFAULT_ALLOCATION)]         # the paper's Spar; the others are its ablation
         if spar.empty:
@@ -104,7 +100,18 @@ def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFr
         budgets = spar["budget_frac"].dropna()
         if len(budgets):   # the claim is at 1.6%: the budget closest to it
             spar = spar[spar["budget_frac"] == budgets.iloc[int(np.argmin(np.abs(budgets - HILO_BYTES)))]]
-        yield f"{scenario} [{backend}]", spar.sort_values(["ref_rank", "rate_mbit"]), t
+        yield label, spar.sort_values(["ref_rank", "rate_mbit"]), t
+
+
+def _onpolicy_groups(tables: Tables, *columns: str) -> Iterator[tuple[str, pd.DataFrame]]:
+    """(scenario [backend] label, its on-policy configurations on constant links in the synchronous loop:
+    the paper's loop, where the claims are judged); ``columns``: only when the table has them."""
+    hilo = tables.hilo
+    if hilo.empty or any(c not in hilo for c in columns):
+        return
+    hilo = hilo[constant_links(hilo) & synchronous(hilo)]
+    for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
+        yield f"{scenario} [{backend}]", t
 
 
 def _allocation(t: pd.DataFrame) -> pd.Series:
@@ -237,17 +244,13 @@ def hilo_equal_bytes(tables: Tables) -> Found:
 def full_sync_learns(tables: Tables) -> Found:
     """Full sync's final quality minus the base model's (``onpolicy.eval_base``), per scenario and
     horizon: whether the run is long enough to learn anything (a run that learns nothing measures nothing)."""
-    hilo = tables.hilo
-    if hilo.empty or "base_quality" not in hilo:
-        return
-    hilo = hilo[constant_links(hilo) & synchronous(hilo)]
-    for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
+    for label, t in _onpolicy_groups(tables, "base_quality"):
         full = t[(t["method"] == "full_sync") & pd.to_numeric(t["base_quality"], errors="coerce").notna()]
         for _, r in _horizons(full.sort_values(["ref_rank", "rate_mbit"])).iterrows():
             gain = values(tables.hilo_runs, r, ONPOLICY_KEYS, "gain_over_base")
             note = f"base {r['base_quality']:.3f} ({r['quality_metric']}), full sync {r['quality']:.3f}"
-            yield (f"{scenario} [{backend}] {r['rate_mbit']:g} Mbit/s, r={int(r['rank'])}, vs the base model", gain,
-                   note, f"equal updates: after {int(r['steps'])} updates" if pd.notna(r.get("steps")) else None)
+            yield (_where(label, r, "the base model"), gain, note,
+                   f"equal updates: after {int(r['steps'])} updates" if pd.notna(r.get("steps")) else None)
 
 
 def hilo_allocation(allocation: str) -> Callable[[Tables], Found]:
