@@ -50,7 +50,7 @@ from harness.tasks.data import IGNORE, sft_loss
 from harness.tasks.federated import ClientData, client_batches
 from harness.tasks.models import plain
 from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask, frozen_teacher
-from harness.tasks.rollouts import Rollouts, prompt_mask, sample
+from harness.tasks.rollouts import Rollouts, completion_logits_shared, prompt_mask, sample
 from harness.tasks.tokenizer import Tokenizer
 
 OPS = ("+", "-", "*")
@@ -273,7 +273,8 @@ def held_out(spec: ChatSpec, split: str, n: int) -> Problems:
 
 class ChatTask(OnPolicyTask):
     """Prompts, rollouts and greedy evaluation of the chat task (module doc); the sampling-only
-    task a worker holds. Rollouts, logits and the losses are OnPolicyTask's."""
+    task a worker holds. The losses are OnPolicyTask's, over completion logits that compute each
+    prompt once per group."""
     name = "chat"
 
     def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:   # noqa: D107 (no Arithmetic here)
@@ -319,6 +320,12 @@ class ChatTask(OnPolicyTask):
                                   temperature=self.temperature, generator=generator)
         rewards = self.rewards(prompts.repeat_interleave(samples, 0), comp, mask) if self.name == "reward" else None
         return Rollouts(prompts, comp, mask, logp, rewards, samples, self.tok.pad_id, self.tok.vocab_size)
+
+    def completion_logits(self, model, r: Rollouts) -> torch.Tensor:
+        """[N, T, V] float32 logits predicting each completion token, each prompt computed once per
+        group (rollouts.completion_logits_shared; the synthetic tasks keep one pass over every
+        full sequence, so their reference trajectories stay bit for bit)."""
+        return completion_logits_shared(model, r)
 
     def rewards(self, prompts: torch.Tensor, completions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[N] float32: 1 for a correct completion (module doc), else 0."""

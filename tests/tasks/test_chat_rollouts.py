@@ -67,3 +67,70 @@ def test_sampled_logprobs_match_a_full_forward(setup):
     again = sample(model, prompts, mask, 10, group=4, eos_id=tok.eos_id, pad_id=tok.pad_id, temperature=0.7,
                    generator=torch.Generator().manual_seed(0))
     assert torch.equal(again[0], comp) and torch.equal(again[2], logp)
+
+
+def _lora_with_random_b(model, seed: int):
+    from harness.tasks import make_lora
+
+    policy = make_lora(model, 4, targets=["all-linear"], seed=seed)
+    with torch.no_grad():                      # B = 0 would leave A's gradient 0: nothing to compare
+        g = torch.Generator().manual_seed(seed)
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return policy
+
+
+def _scored(policy, r, shared: bool):
+    from harness.tasks.rollouts import completion_logits_shared
+
+    policy.zero_grad()
+    if shared:
+        logits = completion_logits_shared(policy, r)
+    else:
+        p, t = r.prompt_len, r.completions.shape[1]
+        logits = forward_logits(policy, r.sequences, r.attention_mask)[:, p - 1:p - 1 + t]
+    logp = torch.log_softmax(logits, -1).gather(2, r.completions[..., None]).squeeze(2)
+    (logp * r.completion_mask).sum().backward()
+    grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.requires_grad}
+    return logits.detach(), grads
+
+
+@pytest.mark.parametrize("family", ["chat", "qwen2", "gpt2", "gpt_neox"])
+def test_shared_prefix_scoring_equals_a_full_forward(setup, family, tmp_path):
+    """completion_logits_shared (each prompt computed once per group, gradients through its keys and
+    values) gives the full forward's logits and LoRA gradients, on left-padded prompts of different
+    lengths, rows that ended early (pad after eos) and four architecture families."""
+    from transformers import AutoModelForCausalLM
+
+    from harness.tasks.rollouts import Rollouts
+
+    tok, chat, prompts = setup
+    if family == "chat":
+        model, pad, eos, vocab = chat_model(tok.vocab_size, seed=5), tok.pad_id, tok.eos_id, tok.vocab_size
+    else:
+        from hf_families import save_family
+
+        model = AutoModelForCausalLM.from_pretrained(str(save_family(family, tmp_path / family, seed=1)))
+        vocab = model.config.vocab_size
+        pad, eos = vocab - 1, vocab - 2
+        lengths = [9, 5, 12]                   # left-padded, short enough for the families' 64 positions
+        g = torch.Generator().manual_seed(0)
+        prompts = torch.tensor([[pad] * (12 - n) + torch.randint(0, vocab - 2, (n,), generator=g).tolist()
+                                for n in lengths])
+    policy = _lora_with_random_b(model, seed=2)
+    mask = prompt_mask(prompts, pad)
+    group = 3
+    comp, cmask, logp = sample(policy, prompts, mask, 7, group=group, eos_id=eos, pad_id=pad, temperature=1.0,
+                               generator=torch.Generator().manual_seed(4))
+    cmask[1, 2:] = False                       # a row that ended early: pad after its last kept token
+    comp[1, 2:] = pad
+    r = Rollouts(prompts, comp, cmask, logp, None, group, pad, vocab)
+    full, g_full = _scored(policy, r, shared=False)
+    shared, g_shared = _scored(policy, r, shared=True)
+    assert shared.shape == full.shape == (len(r), comp.shape[1], vocab)
+    assert torch.allclose(shared, full, atol=1e-5, rtol=1e-4)
+    assert g_full.keys() == g_shared.keys()
+    assert any("lora_A" in n and g.abs().sum() > 0 for n, g in g_full.items())   # A's gradient: through the prompt
+    for n in g_full:
+        assert torch.allclose(g_shared[n], g_full[n], atol=1e-5, rtol=1e-3), n
