@@ -75,8 +75,19 @@ def select_by(fam: str) -> str:
 
 
 def training_overrides(extra: list[str]) -> list[str]:
-    """An on-policy variant's overrides that change its training (all but the link, the horizon, the lr)."""
-    return [o for o in extra if not o.lstrip("+~").startswith(SHARED_PREFIXES)]
+    """An on-policy variant's overrides that change its training (all but the link, the horizon, the lr),
+    with ``method=NAME`` written as the method it trains like (harness.onpolicy.methods: the lossless
+    patch trains like full sync, bit for bit, so the two share an entry)."""
+    return [_trains_like(o) for o in extra if not o.lstrip("+~").startswith(SHARED_PREFIXES)]
+
+
+def _trains_like(override: str) -> str:
+    from harness.onpolicy.methods import configured, lookup
+
+    key, sep, name = override.partition("=")
+    if key != "method" or name not in configured():
+        return override
+    return f"method={lookup(name).trains_like or name}"
 
 
 def entries(variants: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -41,11 +41,14 @@ class SyncMethod:
     """One on-policy sync method: ``learner(replica, options)`` / ``worker(replica, options)``
     build its two sides; ``uses_compressor``: it ships compressor-coded tensors (compressor.*
     applies, and every side gets its own freshly built compressor); ``worker_optimizer``: its
-    workers replay optimizer steps, so they hold optimizer state too."""
+    workers replay optimizer steps, so they hold optimizer state too; ``trains_like``: the method
+    whose training trajectory this one's is, bit for bit (the workers hold the same policy), so
+    one learning-rate tuning entry serves both (harness.tune)."""
     learner: Callable[[Replica, SyncOptions], Any]
     worker: Callable[[Replica, SyncOptions], Any]
     uses_compressor: bool = False
     worker_optimizer: bool = False
+    trains_like: str | None = None
 
 
 @functools.lru_cache(maxsize=None)

@@ -205,5 +205,6 @@ class PatchWorker(WorkerSync):
 
 
 # the registry entry of this module (harness.onpolicy.methods; harness/conf/method/patch.yaml names this module)
+# lossless: the workers hold the learner's exact bf16 adapter, as bf16 full sync's do
 SYNCS = {"patch": SyncMethod(learner=lambda r, o: PatchLearner(r, o.codec, o.codec_level),
-                             worker=lambda r, o: PatchWorker(r))}
+                             worker=lambda r, o: PatchWorker(r), trains_like="full_sync")}

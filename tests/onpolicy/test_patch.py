@@ -48,6 +48,10 @@ def test_wrong_replica_shape_is_refused():
 
 
 def test_patch_follows_full_sync_bf16_bit_for_bit():
+    """What the registry declares (patch trains_like full_sync: harness.tune gives both one entry) holds."""
+    from harness.onpolicy.methods import lookup
+
+    assert lookup("patch").trains_like == "full_sync"
     fm, fs, fwm, fws = pair("full_sync", sync_dtype="bf16")
     pm, ps, pwm, pws = pair("patch")
     for step in range(6):
