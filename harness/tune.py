@@ -3,6 +3,7 @@
     python -m harness.tune scenario=spra_federated [only=[spra,fedit]] [seeds=[0,1]] \\
         [lrs=[0.001,0.003,0.01]] [extend=3] [key=value ...]
     python -m harness.tune scenario=hilo_distill seeds=[0,1,2] [only=[full_sync_10mbit,hilo_spar_10mbit]]
+    python -m harness.tune scenario=hilo_real curve=4 onpolicy.steps=32 ...   (on-policy: a horizon study)
 
 For every variant (or those in ``only``) and every seed, runs the variant at each learning
 rate of the grid with an in-process backend that runs the training math only: federated
@@ -25,6 +26,13 @@ On-policy variants that differ only in the link (``net.*``) or in the horizon
 (``onpolicy.steps``, ``onpolicy.eval_every``, ``onpolicy.eval_base``: the short timing-only runs) train alike, so they
 share one entry, named after the first such variant of the scenario; every point runs at the
 scenario's own horizon (``onpolicy.steps``; a ``onpolicy.steps=N`` override tunes at N).
+
+``curve=K`` (on-policy) is a horizon study instead of a sweep: each point evaluates on the
+validation prompts every K updates (evaluation draws nothing random and changes no bit of the
+trajectory) and every evaluation is appended to ``results/tuning/<scenario>.curve.csv``
+(variant, lr, seed, steps, step, val_accuracy, val_loss); the grid is run once, not extended,
+and nothing is selected: it is how a scenario's horizon is chosen on validation before it is
+tuned at that horizon.
 
 Writes ``results/tuning/<scenario>.csv`` (every point, appended as it is measured, so an
 interrupted sweep resumes: points already there are not rerun) and
@@ -50,7 +58,8 @@ from harness.errors import ConfigError
 from harness.tuning import POINT_COLUMNS, points_path, select, selected_path
 
 GRIDS = {"sgd": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [1e-4, 3e-4, 1e-3, 3e-3]}
-TUNE_KEYS = ("scenario", "only", "seeds", "lrs", "extend")
+TUNE_KEYS = ("scenario", "only", "seeds", "lrs", "extend", "curve")
+CURVE_COLUMNS = ["variant", "optimizer", "lr", "seed", "steps", "step", "val_loss", "val_accuracy", "run_s"]
 ONPOLICY_TASKS = ("distill", "reward")
 # on-policy overrides that do not change what trains: the link, the horizon of a timing-only variant, the lr itself
 SHARED_PREFIXES = ("net.", "onpolicy.steps=", "onpolicy.eval_every=", "onpolicy.eval_base=", "onpolicy.lr=")
@@ -117,7 +126,7 @@ def _list(value: str) -> list[str]:
 
 def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Tune's own keys and the config overrides; a bad one is a ConfigError naming it."""
-    opts: dict[str, Any] = {"scenario": None, "only": [], "seeds": [0, 1], "lrs": None, "extend": 3}
+    opts: dict[str, Any] = {"scenario": None, "only": [], "seeds": [0, 1], "lrs": None, "extend": 3, "curve": 0}
     overrides = []
     for arg in argv:
         key, sep, value = arg.partition("=")
@@ -128,54 +137,58 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             overrides.append(arg)
             continue
         try:
-            opts[key] = {"scenario": str, "only": _list, "extend": int,
+            opts[key] = {"scenario": str, "only": _list, "extend": int, "curve": int,
                          "seeds": lambda v: [int(x) for x in _list(v)],
                          "lrs": lambda v: [float(x) for x in _list(v)]}[key](value)
         except ValueError:
             raise ConfigError(f"{key}: {value!r} is not allowed; seeds a list of integers, lrs a list of positive "
-                              "numbers, extend an integer >= 0") from None
+                              "numbers, extend and curve integers >= 0") from None
     if not opts["scenario"]:
         raise ConfigError("scenario: missing; e.g. python -m harness.tune scenario=spra_federated")
     if opts["lrs"] is not None and (not opts["lrs"] or min(opts["lrs"]) <= 0):
         raise ConfigError(f"lrs: {opts['lrs']!r} must be a non-empty list of numbers > 0")
-    if len(opts["seeds"]) < 1 or opts["extend"] < 0:
-        raise ConfigError(f"seeds: {opts['seeds']!r} needs at least one seed; extend: {opts['extend']} must be >= 0")
+    if len(opts["seeds"]) < 1 or opts["extend"] < 0 or opts["curve"] < 0:
+        raise ConfigError(f"seeds: {opts['seeds']!r} needs at least one seed; extend: {opts['extend']} and curve: "
+                          f"{opts['curve']} must be >= 0")
     return opts, overrides
 
 
 class Sweep:
     """The points of one scenario, persisted after every run. Several tune processes may share a
     scenario (e.g. one per ``only=`` entry): each point is appended under an exclusive lock on
-    ``<scenario>.csv.lock``, re-reading what the others appended meanwhile."""
+    ``<scenario>.csv.lock``, re-reading what the others appended meanwhile. ``curve > 0``: the
+    horizon study's evaluations, in ``<scenario>.curve.csv`` (module doc)."""
 
-    def __init__(self, scenario: str) -> None:
-        self.scenario = scenario
-        self.path = points_path(scenario)
+    def __init__(self, scenario: str, curve: int = 0) -> None:
+        self.scenario, self.curve = scenario, curve
+        self.path = points_path(scenario).with_suffix(".curve.csv") if curve else points_path(scenario)
+        self.columns = CURVE_COLUMNS if curve else POINT_COLUMNS + ["run_s"]
         self.points = self._read()
         self._cache: dict[str, Any] = {}
 
     def _read(self) -> pd.DataFrame:
-        return pd.read_csv(self.path) if self.path.exists() else pd.DataFrame(columns=POINT_COLUMNS + ["run_s"])
+        return pd.read_csv(self.path) if self.path.exists() else pd.DataFrame(columns=self.columns)
 
     def reload(self) -> pd.DataFrame:
         """The points on disk now (other processes' included)."""
         self.points = self._read()
         return self.points
 
-    def _append(self, point: dict[str, Any]) -> None:
+    def _append(self, points: list[dict[str, Any]]) -> None:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            self.points = pd.concat([self._read(), pd.DataFrame([point])], ignore_index=True)
+            self.points = pd.concat([self._read(), pd.DataFrame(points)], ignore_index=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
             self.points.to_csv(tmp, index=False)
             tmp.replace(self.path)
 
     def has(self, variant: str, optimizer: str, lr: float, seed: int, rounds: int) -> bool:
         p = self.reload()
-        hit = (p["variant"] == variant) & (p["optimizer"] == optimizer) & (p["seed"] == seed) & (p["rounds"] == rounds)
+        horizon = p["steps"] if self.curve else p["rounds"]
+        hit = (p["variant"] == variant) & (p["optimizer"] == optimizer) & (p["seed"] == seed) & (horizon == rounds)
         return bool((hit & ((p["lr"] - lr).abs() <= 1e-12 * lr)).any())
 
     def run(self, overrides: list[str], variant: str, lr: float, seed: int) -> None:
@@ -184,7 +197,7 @@ class Sweep:
         fam = family(compose_config(overrides))
         fixed = [f"{lr_key(fam)}={lr}", f"seed={seed}", "task.eval_split=validation"]
         if fam == "onpolicy":                  # training-neutral: the last update's evaluation only, no diagnostic
-            fixed += ONPOLICY_TUNING
+            fixed += ONPOLICY_TUNING + ([f"onpolicy.eval_every={self.curve}"] if self.curve else [])
         composed = compose_config([*overrides, *fixed])
         composed.variants = {}                 # the other variants' ${tuned_lr:...} are not this run's business
         cfg = OmegaConf.to_container(composed, resolve=True)
@@ -194,11 +207,17 @@ class Sweep:
         if self.has(variant, optimizer, lr, seed, rounds):
             return
         start = time.perf_counter()
-        metrics = self._onpolicy(composed, cfg) if fam == "onpolicy" else self._federated(cfg, seed)
-        point = {"variant": variant, "optimizer": optimizer, "lr": lr, "seed": seed, "rounds": rounds, **metrics,
-                 "run_s": round(time.perf_counter() - start, 1)}
-        print(json.dumps(point), flush=True)
-        self._append(point)
+        evals = self._onpolicy(composed, cfg) if fam == "onpolicy" else [self._federated(cfg, seed)]
+        run_s = round(time.perf_counter() - start, 1)
+        if self.curve:
+            points = [{"variant": variant, "optimizer": optimizer, "lr": lr, "seed": seed, "steps": rounds, **e,
+                       "run_s": run_s} for e in evals]
+        else:
+            points = [{"variant": variant, "optimizer": optimizer, "lr": lr, "seed": seed, "rounds": rounds,
+                       **{k: v for k, v in evals[-1].items() if k != "step"}, "run_s": run_s}]
+        for point in points:
+            print(json.dumps(point), flush=True)
+        self._append(points)
 
     def _federated(self, cfg: dict, seed: int) -> dict[str, float]:
         """The final validation loss and accuracy of one federated run (in-process backend)."""
@@ -220,9 +239,10 @@ class Sweep:
         return {"val_loss": float(server.eval_loss.iloc[-1]), "val_accuracy": float(server.accuracy.iloc[-1])}
 
     @staticmethod
-    def _onpolicy(composed, cfg: dict) -> dict[str, float]:
-        """The final validation metrics of one on-policy run (harness.onpolicy.inproc): val_loss is
-        the reverse KL (distill) or 1 - the mean reward (reward) on the validation prompts."""
+    def _onpolicy(composed, cfg: dict) -> list[dict[str, float]]:
+        """The validation metrics of one on-policy run (harness.onpolicy.inproc) at each evaluation,
+        the final one last (``step``: updates done): val_loss is the reverse KL (distill) or 1 - the
+        mean reward (reward) on the validation prompts."""
         from harness.onpolicy.inproc import run_in_threads
         from harness.plan import build_plan
         from harness.record import read_rows
@@ -232,9 +252,9 @@ class Sweep:
             run_in_threads(cfg, Path(tmp), plan=plan.to_dict())
             rows = read_rows(tmp)
         learner = rows[rows.role == "learner"].dropna(subset=["accuracy"]).sort_values("step")
-        last = learner.iloc[-1]
-        loss = float(last["reverse_kl"]) if cfg["task"]["name"] == "distill" else 1.0 - float(last["reward"])
-        return {"val_loss": loss, "val_accuracy": float(last["accuracy"])}
+        distill = cfg["task"]["name"] == "distill"
+        return [{"step": int(r["step"]) + 1, "val_loss": float(r["reverse_kl"]) if distill else 1.0 - float(r["reward"]),
+                 "val_accuracy": float(r["accuracy"])} for _, r in learner.iterrows()]
 
 
 def tune_variant(sweep: Sweep, base: list[str], variant: str, extra: list[str], opts: dict[str, Any]) -> None:
@@ -252,6 +272,8 @@ def tune_variant(sweep: Sweep, base: list[str], variant: str, extra: list[str], 
         for lr in grid:
             for seed in opts["seeds"]:
                 sweep.run(over, variant, lr, seed)
+        if sweep.curve:                        # a horizon study: the grid once, nothing selected
+            return
         points = sweep.reload()
         mine = points[(points["variant"] == variant) & points["lr"].isin(grid)]
         best = float(select(mine, select_by(fam)).iloc[0]["lr"])
@@ -277,11 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"[narrowband] {err}", file=sys.stderr)
         return 2
-    sweep, by = Sweep(opts["scenario"]), select_by(family(composed))
+    if opts["curve"] and family(composed) != "onpolicy":
+        print(f"[narrowband] curve: {opts['curve']} is not allowed for the federated scenario {opts['scenario']}; "
+              "a horizon study is on-policy only (curve=0)", file=sys.stderr)
+        return 2
+    sweep, by = Sweep(opts["scenario"], opts["curve"]), select_by(family(composed))
     names = opts["only"] or list(variants)             # in the order asked for
     for name in names:
         tune_variant(sweep, base, name, list(variants[name]), opts)
-        select(sweep.reload(), by).to_csv(selected_path(opts["scenario"]), index=False)   # usable after every variant
+        if not sweep.curve:
+            select(sweep.reload(), by).to_csv(selected_path(opts["scenario"]), index=False)   # usable after every variant
+    if sweep.curve:
+        print(sweep.reload().groupby(["variant", "lr", "step"])["val_accuracy"].agg(["mean", "std", "count"]).to_string())
+        return 0
     table = select(sweep.reload(), by)
     print(table.to_string(index=False))
     edge = table[table["at_edge"]]

@@ -87,6 +87,26 @@ def test_onpolicy_tuning_runs_a_tiny_grid_on_validation_and_selects(root, capsys
     assert len(pd.read_csv(points_path("smoke_hilo"))) == 2
 
 
+def test_a_horizon_curve_evaluates_every_k_updates_without_changing_the_trajectory(root) -> None:
+    """curve=K writes every evaluation to <scenario>.curve.csv, no sweep point and no selection; its
+    last evaluation is the ordinary tuning point's, bit for bit (evaluating draws nothing random)."""
+    from harness.tune import main
+    from harness.tuning import points_path, selected_path
+
+    common = ["scenario=smoke_hilo", "only=[hilo_spar]", "seeds=[0]", "lrs=[0.001]", "extend=0", "onpolicy.steps=2",
+              "task.validation_prompts=16"]
+    assert main(common + ["curve=1"]) == 0
+    curve = pd.read_csv(points_path("smoke_hilo").with_suffix(".curve.csv"))
+    assert list(curve.step) == [1, 2] and set(curve.steps) == {2} and set(curve.lr) == {0.001}
+    assert not points_path("smoke_hilo").exists() and not selected_path("smoke_hilo").exists()
+    assert main(common) == 0
+    point = pd.read_csv(points_path("smoke_hilo")).iloc[0]
+    assert (point.val_loss, point.val_accuracy) == (curve.val_loss.iloc[-1], curve.val_accuracy.iloc[-1])
+    assert main(common + ["curve=1"]) == 0                                   # resumable: nothing rerun
+    assert len(pd.read_csv(points_path("smoke_hilo").with_suffix(".curve.csv"))) == 2
+    assert main(["scenario=smoke_spra", "curve=2"]) == 2                    # federated: refused, one line
+
+
 def test_a_missing_selected_file_is_one_config_error_naming_the_command(root) -> None:
     from omegaconf import OmegaConf
 
