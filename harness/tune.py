@@ -62,7 +62,8 @@ TUNE_KEYS = ("scenario", "only", "seeds", "lrs", "extend", "curve")
 CURVE_COLUMNS = ["variant", "optimizer", "lr", "seed", "steps", "step", "val_loss", "val_accuracy", "run_s"]
 ONPOLICY_TASKS = ("distill", "reward")
 # on-policy overrides that do not change what trains: the link, the horizon of a timing-only variant, the lr itself
-SHARED_PREFIXES = ("net.", "onpolicy.steps=", "onpolicy.eval_every=", "onpolicy.eval_base=", "onpolicy.lr=")
+SHARED_PREFIXES = ("net.", "onpolicy.steps=", "onpolicy.eval_every=", "onpolicy.eval_final=", "onpolicy.eval_base=",
+                   "onpolicy.lr=")
 # an on-policy tuning point: evaluated once, after its last update, on task.validation_prompts validation prompts;
 # no policy-mismatch diagnostic (housekeeping outside the update: neither changes a bit of the trajectory)
 ONPOLICY_TUNING = ["onpolicy.eval_every=0", "onpolicy.eval_base=false", "onpolicy.policy_kl=false",

@@ -162,7 +162,8 @@ class OnPolicyConfig:
     optimizer: str = "adamw"         # adamw | adam | sgd
     weight_decay: float = 0.0
     clip_norm: float = 1.0           # clip the learner's true gradient to this global L2 norm before sync (0: off)
-    eval_every: int = 5
+    eval_every: int = 5              # evaluate every N updates (0: the final evaluation only)
+    eval_final: bool = True          # evaluate after the last update; false (with eval_every 0): a timing-only run, no quality
     eval_base: bool = False          # also evaluate the base model (the adapter before update 0): base_<metric> on row 0
     policy_kl: bool = True           # record KL(worker policy || learner policy) on the rollouts
     staleness: int = 0               # 0: synchronous; 1: update t+1's rollouts use policy t while update t's payload is on the wire

@@ -29,8 +29,9 @@ def verify_due(step: int, every: int) -> bool:
     return every > 0 and (step + 1) % every == 0
 
 
-def eval_due(step: int, every: int, steps: int) -> bool:
-    return step == steps - 1 or (every > 0 and (step + 1) % every == 0)
+def eval_due(step: int, every: int, steps: int, final: bool = True) -> bool:
+    """Evaluate after update ``step``: every ``every`` updates (0: never between), and after the last when ``final``."""
+    return (final and step == steps - 1) or (every > 0 and (step + 1) % every == 0)
 
 
 def _now() -> float:

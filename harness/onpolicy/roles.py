@@ -170,7 +170,7 @@ def run_learner(ctx, s: Setup) -> None:
         if op.staleness and op.policy_kl:         # keep the versions the next update's rollout_kl needs
             versions = {v: p for v, p in versions.items() if v >= step}
             versions[step + 1] = _snapshot(s)
-        if eval_due(step, op.eval_every, steps):
+        if eval_due(step, op.eval_every, steps, op.eval_final):
             t0 = _now()
             row.update(evaluate(s, last=step == steps - 1))
             row["eval_s"] = _now() - t0

@@ -64,6 +64,7 @@ class OnPolicyPlan:
     weight_decay: float
     clip_norm: float                 # 0: off
     eval_every: int
+    eval_final: bool                 # evaluate after the last update (false: a timing-only run)
     eval_base: bool                  # evaluate the base policy (before update 0) too
     sync_dtype: str                  # full_sync / lowrank wire dtype
     verify_every: int                # 0: never
@@ -150,7 +151,7 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         training_rank=int(method["rank"] if method["rank"] is not None else cfg["model"]["rank"]),
         prompt_batch=int(task["prompt_batch"]), lr=float(op["lr"]), optimizer=str(op["optimizer"]),
         weight_decay=float(op["weight_decay"]), clip_norm=float(op["clip_norm"]), eval_every=int(op["eval_every"]),
-        eval_base=bool(op["eval_base"]), sync_dtype=str(method["sync_dtype"]),
+        eval_final=bool(op.get("eval_final", True)), eval_base=bool(op["eval_base"]), sync_dtype=str(method["sync_dtype"]),
         verify_every=int(method["verify_every"]), policy_kl=bool(op["policy_kl"]), seed=int(cfg["seed"]),
         fault_flip_step=int(op["fault_flip_step"]), fault_flip_worker=int(op["fault_flip_worker"]),
         fault_flip_target=str(op["fault_flip_target"]), compressor=compressor,

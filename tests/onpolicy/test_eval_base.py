@@ -32,7 +32,7 @@ def _learner(tmp_path, name: str, *extra: str):
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval_base")
     return {name: _learner(tmp, name, *extra) for name, extra in (
-        ("plain", ()), ("base", ("onpolicy.eval_base=true",)),
+        ("plain", ()), ("base", ("onpolicy.eval_base=true",)), ("timing", ("onpolicy.eval_final=false",)),
         ("frozen", ("onpolicy.eval_base=true", "onpolicy.lr=0")))}
 
 
@@ -56,3 +56,13 @@ def test_an_adapter_that_never_moves_scores_the_base(runs):
     frozen = runs["frozen"]
     assert frozen["accuracy"].dropna().iloc[-1] == frozen.at[0, "base_accuracy"]
     assert frozen["reverse_kl"].dropna().iloc[-1] == pytest.approx(frozen.at[0, "base_reverse_kl"])
+
+
+def test_a_timing_only_run_evaluates_nothing_and_trains_the_same(runs):
+    """onpolicy.eval_final=false with eval_every 0: no held-out metric at all (the run measures time
+    and bytes only), the same trajectory."""
+    plain, timing = runs["plain"], runs["timing"]
+    assert "accuracy" not in timing or timing["accuracy"].isna().all()
+    assert "eval_s" not in timing or timing["eval_s"].isna().all()
+    for col in ("loss", "grad_norm", "update_bytes"):
+        assert plain[col].tolist() == timing[col].tolist(), col

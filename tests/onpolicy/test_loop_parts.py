@@ -21,6 +21,8 @@ def test_schedules():
     assert [s for s in range(6) if verify_due(s, 2)] == [1, 3, 5]
     assert not any(verify_due(s, 0) for s in range(6))
     assert [s for s in range(7) if eval_due(s, 3, 7)] == [2, 5, 6]     # and always the last
+    assert [s for s in range(7) if eval_due(s, 3, 7, final=False)] == [2, 5]
+    assert not any(eval_due(s, 0, 7, final=False) for s in range(7))   # a timing-only run: none
     assert derive(0, "rollout", 3, 1) == derive(0, "rollout", 3, 1) != derive(0, "rollout", 3, 0)
 
 
