@@ -3,6 +3,11 @@
 Each claim is one ``ClaimSpec`` in ``SPECS``: which per-seed statistic, which threshold
 and direction, the rule in words, and a ``find`` function that yields, for every place
 the results allow judging it, ``(where, {seed: value}, note)``. A new claim is one entry.
+``where`` is a ``Where``, built by ``_where`` only: the scenario label, then the model the
+configuration's runs trained (their ``model``, harness.report.collect.model_label of run.json),
+then the link and what the line compares against; claims.csv's ``model`` column is that same
+model. A claim group never mixes models: on-policy configurations are grouped per scenario,
+backend and model, federated ones per scenario, backend, model and client optimizer.
 Per-seed values are paired ratios or differences (same seed on both sides,
 harness/report/aggregate.py); harness/report/stats.py turns them into an estimate, a
 t-interval, a verdict in {met, not met, inconclusive} and the seeds that would resolve an
@@ -43,23 +48,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from harness.report.aggregate import ident, seed_of
-from harness.report.metrics import (FEDERATED_KEYS, ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET, constant_links,
-                                    plateau, synchronous)
+from harness.report.metrics import (FEDERATED_KEYS, KEY_DEFAULTS, ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET,
+                                    constant_links, plateau, synchronous)
 from harness.report.stats import INCONCLUSIVE, crossover, seeds_needed, summarize, verdict
 from harness.report.tables import Tables
 
 HILO_BYTES, HILO_SPEEDUP, HILO_RETAINED = 0.016, 2.2, 0.98
 DEFAULT_ALLOCATION = "energy"          # compressor.options.allocation of the paper's Spar
 SPRA_UPLINK, SPRA_COMPUTE = 0.5, 0.5
-COLUMNS = ["method", "claim", "where", "horizon", "estimate", "ci_low", "ci_high", "sd", "n_seeds", "seeds", "rule",
-           "verdict", "seeds_to_resolve", "threshold", "direction", "statistic", "note"]
-Found = Iterator[tuple]   # (where, {seed: value}, note) or (where, {seed: value}, note, horizon)
+COLUMNS = ["method", "claim", "where", "model", "horizon", "estimate", "ci_low", "ci_high", "sd", "n_seeds", "seeds",
+           "rule", "verdict", "seeds_to_resolve", "threshold", "direction", "statistic", "note"]
+Found = Iterator[tuple]   # (Where, {seed: value}, note) or (Where, {seed: value}, note, horizon)
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,12 @@ class ClaimSpec:
 
 
 def values(runs: pd.DataFrame, config: pd.Series, keys: list[str], column: str) -> dict:
-    """{seed: value of ``column``} over the runs of one configuration (NaN values dropped)."""
-    mine = runs[ident(runs, keys) == ident(config.to_frame().T, keys).iloc[0]]
+    """{seed: value of ``column``} over the runs of one configuration (NaN values dropped); a key that
+    a hand-built table lacks (``model``) holds its default (metrics.KEY_DEFAULTS) on that side."""
+    def keyed(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(**{k: KEY_DEFAULTS.get(k, np.nan) for k in keys if k not in frame})
+
+    mine = runs[ident(keyed(runs), keys) == ident(keyed(config.to_frame().T), keys).iloc[0]]
     vals = pd.to_numeric(mine[column], errors="coerce") if column in mine else pd.Series(dtype=float)
     return {s: float(v) for s, v in zip(seed_of(mine), vals) if math.isfinite(v)}
 
@@ -104,14 +113,27 @@ def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFr
 
 
 def _onpolicy_groups(tables: Tables, *columns: str) -> Iterator[tuple[str, pd.DataFrame]]:
-    """(scenario [backend] label, its on-policy configurations on constant links in the synchronous loop:
-    the paper's loop, where the claims are judged); ``columns``: only when the table has them."""
+    """(scenario [backend] label, its on-policy configurations of one model on constant links in the
+    synchronous loop: the paper's loop, where the claims are judged); ``columns``: only when the table
+    has them. Two models' runs of one scenario (``model=...`` on the command line) are two groups."""
     hilo = tables.hilo
     if hilo.empty or any(c not in hilo for c in columns):
         return
     hilo = hilo[constant_links(hilo) & synchronous(hilo)]
-    for (scenario, backend), t in hilo.groupby(["scenario", "backend"], sort=True):
+    for (scenario, backend, _), t in hilo.groupby(["scenario", "backend", _models(hilo)], sort=True):
         yield f"{scenario} [{backend}]", t
+
+
+def _model(value) -> str:
+    """A configuration's ``model`` as text ("" when it names none: a hand-built table without the column)."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _models(t: pd.DataFrame) -> pd.Series:
+    """Each configuration's ``_model`` (all "" in a table without the column)."""
+    if "model" not in t:
+        return pd.Series("", index=t.index, name="model")
+    return t["model"].map(_model).rename("model")
 
 
 def _allocation(t: pd.DataFrame) -> pd.Series:
@@ -129,10 +151,29 @@ def _same_horizon(t: pd.DataFrame, r: pd.Series) -> pd.Series:
     return t["steps"] == r["steps"]
 
 
-def _where(label: str, r: pd.Series, vs: str | None = None) -> str:
+class Where(NamedTuple):
+    """Where a claim was measured (claims.csv's ``where``) and the model it rests on (its ``model``)."""
+    text: str
+    model: str
+
+    def then(self, more: str) -> "Where":
+        """The same place with more said after it (``, vs fedit``); the model stays the one it names."""
+        return Where(self.text + more, self.model)
+
+
+def _where(label: str, r: pd.Series, vs: str | None = None, tail: str | None = None) -> Where:
+    """The one place a claim's ``where`` is built: ``label`` (``scenario [backend]``), the model of the
+    configuration ``r`` (its runs' ``model``: keys pick the runs, so the two agree), then for an
+    on-policy line the rate, training rank and what it is compared with (``vs``; default: ``r``'s full
+    sync and its dtype), for a federated one ``tail`` (its ranks and client optimizer). E.g.
+    ``hilo_real [tc] SmolLM2-135M-Instruct (real) 10 Mbit/s, r=16, vs full_sync_10mbit bf16``."""
+    model = _model(r.get("model"))
+    head = f"{label} {model}" if model else label
+    if tail is not None:
+        return Where(f"{head} {tail}", model)
     dtype = str(r.get("baseline_dtype") or "")
     vs = vs or f"{r['baseline_variant']}{' ' + dtype if dtype else ''}"
-    return f"{label} {r['rate_mbit']:g} Mbit/s, r={int(r['rank'])}, vs {vs}"
+    return Where(f"{head} {r['rate_mbit']:g} Mbit/s, r={int(r['rank'])}, vs {vs}", model)
 
 
 def _fair(r: pd.Series) -> str:
@@ -281,26 +322,28 @@ def _optimizer(t: pd.DataFrame) -> pd.Series:
     return t["optimizer"].fillna("").astype(str).replace("", "sgd")
 
 
-def _spra_configs(tables: Tables) -> Iterator[tuple[str, pd.Series, pd.DataFrame]]:
-    """Per (scenario, backend, client optimizer): SPRA's reference configuration and the configurations
-    with the same optimizer (the SGD spra against the SGD baselines, spra_adamw against the *_adamw ones).
+def _spra_configs(tables: Tables) -> Iterator[tuple[Where, pd.Series, pd.DataFrame]]:
+    """Per (scenario, backend, model, client optimizer): SPRA's reference configuration and the
+    configurations with the same optimizer (the SGD spra against the SGD baselines, spra_adamw against
+    the *_adamw ones).
 
     The reference is the variant named ``spra`` (``spra_<optimizer>`` for another optimizer), else one
-    with the linear rate rule. ``where`` names the optimizer.
+    with the linear rate rule. ``where`` names the model and the optimizer.
     """
     spra = tables.spra
     if spra.empty:
         return
     spra = spra[constant_links(spra)]
     spra = spra.assign(_optimizer=_optimizer(spra))
-    for (scenario, backend, opt), t in spra.groupby(["scenario", "backend", "_optimizer"], sort=True):
+    for (scenario, backend, _, opt), t in spra.groupby(["scenario", "backend", _models(spra), "_optimizer"],
+                                                       sort=True):
         cands = t[t["method"] == "spra"]
         if cands.empty:
             continue
         named = cands[cands["variant"] == ("spra" if opt == "sgd" else f"spra_{opt}")]
         linear = cands[cands["lr_rule"].astype(str).isin(["linear", ""])]
         r = (named if len(named) else linear if len(linear) else cands).iloc[0]
-        yield f"{scenario} [{backend}] ranks {r['ranks']}, optimizer {opt}", r, t
+        yield _where(f"{scenario} [{backend}]", r, tail=f"ranks {r['ranks']}, optimizer {opt}"), r, t
 
 
 def spra_uplink(tables: Tables) -> Found:
@@ -312,14 +355,15 @@ def spra_compute(tables: Tables) -> Found:
     for where, r, _ in _spra_configs(tables):
         measure = str(r.get("compute_measure") or "client_compute_s")
         note = "" if measure != "client_compute_s" else "compute time under contention (no FLOPs or isolated time)"
-        yield f"{where}, measure {measure}", values(tables.spra_runs, r, FEDERATED_KEYS, "compute_frac_vs_fedit"), note
+        per_seed = values(tables.spra_runs, r, FEDERATED_KEYS, "compute_frac_vs_fedit")
+        yield where.then(f", measure {measure}"), per_seed, note
 
 
 def spra_adapter_compute(tables: Tables) -> Found:
     for where, r, _ in _spra_configs(tables):
         per_seed = values(tables.spra_runs, r, FEDERATED_KEYS, "adapter_frac_vs_fedit")
         if per_seed:                                        # runs recorded before the column: no row
-            yield f"{where}, measure client_adapter_flops", per_seed, ""
+            yield where.then(", measure client_adapter_flops"), per_seed, ""
 
 
 def spra_beats_baselines(tables: Tables) -> Found:
@@ -327,7 +371,7 @@ def spra_beats_baselines(tables: Tables) -> Found:
         mine = values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy")
         for _, other in t[t["method"] != "spra"].iterrows():
             theirs = values(tables.spra_runs, other, FEDERATED_KEYS, "accuracy")
-            yield f"{where}, vs {other['variant']}", diff(mine, theirs), ""
+            yield where.then(f", vs {other['variant']}"), diff(mine, theirs), ""
 
 
 def spra_lr_rule(tables: Tables) -> Found:
@@ -340,8 +384,8 @@ def spra_lr_rule(tables: Tables) -> Found:
         if len(const) and r["lr_rule"] in ("linear", ""):
             named = const[const["variant"] == "spra_const_lr"]   # not the aggregation or horizon ablations' const rows
             c = (named if len(named) else const).iloc[0]
-            yield f"{where}, vs {c['variant']}", diff(values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy"),
-                                                      values(tables.spra_runs, c, FEDERATED_KEYS, "accuracy")), ""
+            yield where.then(f", vs {c['variant']}"), diff(values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy"),
+                                                           values(tables.spra_runs, c, FEDERATED_KEYS, "accuracy")), ""
 
 
 def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
@@ -352,8 +396,9 @@ def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
         for where, _, t in _spra_configs(tables):
             a, b = t[t["variant"] == mine], t[t["variant"] == theirs]
             if len(a) and len(b):
-                yield f"{where}, {mine} vs {theirs}", diff(values(tables.spra_runs, a.iloc[0], FEDERATED_KEYS, "accuracy"),
-                                                           values(tables.spra_runs, b.iloc[0], FEDERATED_KEYS, "accuracy")), ""
+                yield where.then(f", {mine} vs {theirs}"), diff(
+                    values(tables.spra_runs, a.iloc[0], FEDERATED_KEYS, "accuracy"),
+                    values(tables.spra_runs, b.iloc[0], FEDERATED_KEYS, "accuracy")), ""
     return find
 
 
@@ -439,15 +484,18 @@ for _mine, _theirs, _what, _rounds in (
         spra_versus(_mine, _theirs), f"final round ({_rounds} rounds)"))
 
 
-def judge(spec: ClaimSpec, where: str, per_seed: dict, note: str, horizon: str | None = None) -> dict:
+def judge(spec: ClaimSpec, where: Where, per_seed: dict, note: str, horizon: str | None = None) -> dict:
     """One claims.csv line: estimate, interval, verdict and seeds to resolve from per-seed values;
-    ``horizon`` (default: the spec's) says which horizon the verdict uses."""
+    ``where`` (from ``_where``) also gives the line its ``model``; ``horizon`` (default: the spec's)
+    says which horizon the verdict uses."""
+    if not isinstance(where, Where):
+        raise TypeError(f"{spec.claim}: where {where!r} is not built by claims._where (it names the model)")
     s = summarize(per_seed.values())
     v = verdict(s.ci_low, s.ci_high, spec.threshold, spec.direction)
     need = seeds_needed(s.mean, s.sd, spec.threshold) if v == INCONCLUSIVE else math.nan
     if s.n < 2:
         note = "; ".join(x for x in (note, f"n={s.n}: no interval, run >= 3 seeds") if x)
-    return {"method": spec.method, "claim": spec.claim, "where": where,
+    return {"method": spec.method, "claim": spec.claim, "where": where.text, "model": where.model,
             "horizon": spec.horizon if horizon is None else horizon, "estimate": s.mean, "ci_low": s.ci_low,
             "ci_high": s.ci_high, "sd": s.sd, "n_seeds": s.n, "seeds": ",".join(str(k) for k in per_seed),
             "rule": spec.rule, "verdict": v, "seeds_to_resolve": need, "threshold": spec.threshold,

@@ -7,14 +7,17 @@ running, an ``<id>.attempt<N>`` moved aside by a restart, no rows, no run.json) 
 in ``Collection.excluded`` with the reason, and the summary lists them.
 
 Backends are never mixed silently: every row carries its ``backend`` key, and
-``Run.backend`` is checked against ``run.json``; a mismatch excludes the run.
+``Run.backend`` is checked against ``run.json``; a mismatch excludes the run. Nor are models:
+every row carries its run's ``model`` (``model_label``, from run.json's resolved ``config.model``
+and its recorded ``bases``), so a claim names the model it rests on as the run recorded it.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -28,6 +31,38 @@ except ImportError:  # pragma: no cover - only before harness/record.py exists
 HUB_ROLES = {"learner": "onpolicy", "server": "federated"}
 LOADED_FRACTION = 0.5   # old records (no others_cpu_s): 1-minute loadavg above this fraction of the CPUs
 OTHERS_FRACTION = 0.25  # other programs took more than this share of cpus x wall: timing measured under load
+TOY_MODELS = {"tiny": "tiny (toy)", "small": "small (toy)", "wide": "wide (LLM shape)"}   # harness/conf/model/*.yaml
+QUANT_SUFFIX = re.compile(r"[._-](?:I?Q\d+(?:_[A-Z0-9]+)*|B?F16|F32|FP16|FP32)$", re.IGNORECASE)  # .Q4_1, -Q4_K_M, .F16
+
+
+def model_label(model_cfg: Mapping[str, Any] | None, bases: Mapping[str, Any] | None = None) -> str:
+    """The model a run trained, in words: what its verdicts rest on (every row's and claims.csv's ``model``).
+
+    ``model_cfg`` is the run's resolved ``model`` config (run.json ``config.model``: ``name``, ``path``),
+    ``bases`` its recorded bases (run.json ``bases``, harness.tasks.source ``ModelSource.describe``;
+    the student's is the trained one). The toy presets by name: ``tiny (toy)``, ``small (toy)``,
+    ``wide (LLM shape)``; ``model=hf`` from a GGUF file (``bases.student.origin == "gguf"``, or a
+    ``model.path`` ending in ``.gguf``): the file's model name, its quantisation suffix stripped, and
+    `` (real)`` (``.../SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``SmolLM2-135M-Instruct (real)``);
+    ``model=hf`` from a folder: the folder's name and `` (local HF)``. Another name is itself;
+    no name at all (a run.json without its config) is ``unknown``. Older run.json files without
+    ``bases`` get the same label from the config alone.
+    """
+    model = dict(model_cfg or {})
+    name = str(model.get("name") or "")
+    if name != "hf":
+        return TOY_MODELS.get(name, name or "unknown")
+    student = (bases or {}).get("student") if isinstance(bases, Mapping) else None
+    student = student if isinstance(student, Mapping) else {}
+    path = str(model.get("path") or "")
+    gguf = student.get("gguf") if student.get("origin") == "gguf" else None
+    if gguf or path.startswith("pkg://") or path.lower().endswith(".gguf"):
+        file = PurePosixPath(str(gguf or path)).name
+        stem = file[: -len(".gguf")] if file.lower().endswith(".gguf") else file
+        return f"{QUANT_SUFFIX.sub('', stem)} (real)"
+    folder = str(student.get("path") or "") if student.get("origin") == "folder" else path
+    folder_name = PurePosixPath(folder.rstrip("/")).name if folder else ""
+    return f"{folder_name or 'hf'} (local HF)"
 
 
 @dataclass
@@ -145,6 +180,11 @@ class Run:
         return str((comp.get("options") or {}).get("allocation") or "energy")
 
     @property
+    def model(self) -> str:
+        """The model this run trained (``model_label`` of run.json's ``config.model`` and ``bases``)."""
+        return model_label(self.config.get("model"), self.meta.get("bases"))
+
+    @property
     def ref_rank(self) -> float:
         """The scenario's training rank (``model.rank``); a ``lowrank`` run trains below it."""
         rank = self.config.get("model", {}).get("rank")
@@ -155,7 +195,7 @@ class Run:
 
 @dataclass
 class Collection:
-    """Every run found; ``rows`` holds the rows of the ok runs only (plus ``command``, ``ref_rank``)."""
+    """Every run found; ``rows`` holds the rows of the ok runs only (plus ``command``, ``model``, ``ref_rank``)."""
     results_dir: Path
     runs: list[Run] = field(default_factory=list)
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -239,6 +279,7 @@ def collect(results_dir: Path | str) -> Collection:
             frame["scenario"] = frame["scenario"].fillna(r.scenario) if "scenario" in frame else r.scenario
             frame["backend"] = frame["backend"].fillna(r.backend) if "backend" in frame else r.backend
             frame["command"] = r.command
+            frame["model"] = r.model
             frame["ref_rank"] = r.ref_rank
             frame["kind"] = r.kind
             for column, value in r.config_columns().items():

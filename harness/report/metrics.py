@@ -15,7 +15,7 @@ On-policy (learner rows, ``role == "learner"``):
   interface counters, with TCP/IP and framing, also per worker) is reported beside it, and
   ``downlink_bytes_per_update`` is the all-links total.
 - ``bytes_frac``: ``bytes_per_update / bytes_per_update(full sync)``, where *full sync* is
-  the ``full_sync`` configuration with the same backend, task, rate and delay, at the
+  the ``full_sync`` configuration with the same backend, model, task, rate and delay, at the
   scenario's training rank (``model.rank`` in run.json; a ``lowrank`` run trains below it
   and is compared with full sync at that reference rank). Same scenario preferred; among
   several, the variant named ``full_sync``, then bf16 sync (``method.sync_dtype``), then the
@@ -64,7 +64,8 @@ Federated (server rows ``role == "server"``, client rows ``role == "client<k>"``
 - ``client_compute_s`` [s]: mean over (client, round) of ``client_compute_s``.
 - ``round_s`` [s]: mean of the server's ``round_s``. ``accuracy``: final server accuracy.
 - ``uplink_frac_vs_fedit`` / ``compute_frac_vs_fedit``: ratios to the ``fedit`` configuration
-  of the same scenario, backend, task, ranks and link.
+  of the same scenario, backend, model, task, ranks and link. A configuration's keys include
+  ``model`` (collect.model_label, from run.json): runs of two models are never averaged together.
 - ``client_adapter_flops``: LoRA's own FLOPs per (client, round), what the adapter adds over the
   frozen model's forward and backward (harness.federated.flops.adapter_flops), and
   ``adapter_frac_vs_fedit`` its ratio to FedIT's: the compute claim's second reading (NaN for
@@ -116,9 +117,11 @@ POPULATION_METRICS = ["sampled_per_round", "unavailable_frac", "late_frac", "fai
 TARGET_FRACTION = 0.9
 WALLCLOCK_TARGET = 0.95      # the equal-wall-clock horizon: time to 95% of the same seed's full-sync final quality
 PLATEAU_EVALS = 3            # the plateau criterion's window: the slope over the last 3 evaluations
-ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit",
-                 "delay_ms", "rank", "budget_frac", "ref_rank", "staleness", "trace", "allocation", "steps"]
-FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms", "trace"]
+ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit", "delay_ms", "rank",
+                 "budget_frac", "ref_rank", "staleness", "trace", "allocation", "steps", "model"]
+FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms", "trace",
+                  "model"]
+KEY_DEFAULTS = {"model": ""}   # rows without the column (hand-built ones) name no model; NaN for the other keys
 LINK_KEYS = ["backend", "task", "rate_mbit", "delay_ms", "trace"]     # trace: the link traces' names (NaN: constant links)
 
 
@@ -133,6 +136,11 @@ def _first(frame: pd.DataFrame, name: str, default: Any = np.nan) -> Any:
     if name in frame and frame[name].notna().any():
         return frame[name].dropna().iloc[0]
     return default
+
+
+def _key(frame: pd.DataFrame, name: str) -> Any:
+    """A configuration key's value in one run's rows (``KEY_DEFAULTS`` when the rows lack it)."""
+    return _first(frame, name, KEY_DEFAULTS.get(name, np.nan))
 
 
 def quality_metric(task: str, frame: pd.DataFrame) -> str | None:
@@ -370,9 +378,10 @@ def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFra
 
 
 def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
-    """The synchronous (staleness 0) full sync at the same link, training rank and horizon (``steps``,
-    the configured updates: a ratio of final qualities is only meaningful at equal updates)."""
-    cands = _match(configs[configs["method"] == "full_sync"], row, LINK_KEYS + [k for k in ("steps",) if k in configs])
+    """The synchronous (staleness 0) full sync of the same model at the same link, training rank and horizon
+    (``steps``, the configured updates: a ratio of final qualities is only meaningful at equal updates)."""
+    cands = _match(configs[configs["method"] == "full_sync"], row,
+                   LINK_KEYS + [k for k in ("steps", "model") if k in configs])
     cands = cands[synchronous(cands)]
     return _pick_reference(cands[cands["rank"] == row["ref_rank"]], row, "full_sync")
 
@@ -388,7 +397,7 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
         hub = _hub(run_rows, "learner")
         if hub.empty:
             continue
-        keys = {k: _first(hub, k) for k in ONPOLICY_KEYS}
+        keys = {k: _key(hub, k) for k in ONPOLICY_KEYS}
         per_run.append({**keys, "seed": _first(hub, "seed", -1), "run_id": run_id, "run_ids": run_id,
                         "command": _first(hub, "command", ""), "sync_dtype": _first(hub, "sync_dtype", ""),
                         "staleness": int(_first(hub, "staleness", 0)),
@@ -431,7 +440,7 @@ def onpolicy_curves(rows: pd.DataFrame) -> pd.DataFrame:
             continue
         curve = onpolicy_curve(run_rows)
         for k in ONPOLICY_KEYS + ["seed"]:
-            curve[k] = _first(hub, k)
+            curve[k] = _key(hub, k)
         curve["quality_metric"] = quality_metric(str(_first(hub, "task", "")), hub) or "none"
         curve["run_id"] = run_id
         frames.append(curve)
@@ -531,7 +540,7 @@ def _ranks_of(rows: pd.DataFrame) -> str:
 
 def _choose_fedit(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
     same = _match(configs[configs["method"] == "fedit"], row, ["backend", "scenario", "task", "ranks", "rate_mbit",
-                                                                "delay_ms", "trace", "optimizer"])
+                                                                "delay_ms", "trace", "optimizer", "model"])
     return _pick_reference(same, row, "fedit")
 
 
@@ -547,7 +556,7 @@ def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
         server = _hub(run_rows, "server")
         if server.empty:
             continue
-        keys = {k: _first(server, k) for k in FEDERATED_KEYS if k != "ranks"}
+        keys = {k: _key(server, k) for k in FEDERATED_KEYS if k != "ranks"}
         per_run.append({**keys, "ranks": _ranks_of(run_rows), "seed": _first(server, "seed", -1), "run_id": run_id,
                         "run_ids": run_id, "command": _first(server, "command", ""),
                         "lr_rule": _first(server, "lr_rule", ""), "a_variance": _first(server, "a_variance", ""),
@@ -585,7 +594,7 @@ def federated_curves(rows: pd.DataFrame) -> pd.DataFrame:
             continue
         curve = federated_curve(run_rows)
         for k in FEDERATED_KEYS + ["seed"]:
-            curve[k] = _ranks_of(run_rows) if k == "ranks" else _first(server, k)
+            curve[k] = _ranks_of(run_rows) if k == "ranks" else _key(server, k)
         curve["run_id"] = run_id
         frames.append(curve)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

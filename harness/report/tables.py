@@ -15,8 +15,9 @@
 
 Configuration tables aggregate over seeds: each statistic ``m`` has ``m`` (mean), ``m_sd``,
 ``m_n``, ``m_ci_low``, ``m_ci_high`` (95% t-interval, harness/report/stats.py); ``seeds``
-counts the runs and ``seed_list`` names them. Every table carries ``scenario`` and ``backend`` columns (backends are never averaged
-together) and the exact ``command`` that produced its runs. ``snr.csv`` (rank, snr[, fit])
+counts the runs and ``seed_list`` names them. Every table carries ``scenario``, ``backend`` and ``model`` columns
+(backends and models are never averaged together; ``model`` is harness.report.collect.model_label of each run's
+run.json) and the exact ``command`` that produced its runs. ``snr.csv`` (rank, snr[, fit])
 is written by the SNR check, not here; it is read if present.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ from harness.report.style import METHOD_ORDER
 
 HILO_COLUMNS = ["task", "method", "compressor", "rank", "rate_mbit", "bytes_per_update", "bytes_frac",
                 "update_s", "speedup", "quality", "quality_retained", "in_sync_frac"]
-HILO_EXTRA = ["scenario", "backend", "variant", "delay_ms", "budget_frac", "ref_rank", "quality_metric",
+HILO_EXTRA = ["scenario", "backend", "model", "variant", "delay_ms", "budget_frac", "ref_rank", "quality_metric",
               "continuous", "continuous_metric", "policy_kl", "seeds", "seed_list", "loaded_runs",
               "rebuilt_base_runs", "load_notes", "base_sha256", "updates", "workers", "time_to_target_s", "downlink_bytes_per_update",
               "wire_bytes_per_update",
@@ -46,7 +47,7 @@ HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s"
 # per run only (the claims' horizons, harness/report/metrics.py "Horizons"): judged from the seeds, never averaged first
 HILO_RUN_EXTRA = ["final_slope", "equal_time_s", "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full"]
 SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
-SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms", "trace", "optimizer", "lr_rule", "a_variance",
+SPRA_EXTRA = ["scenario", "backend", "model", "variant", "task", "rate_mbit", "delay_ms", "trace", "optimizer", "lr_rule", "a_variance",
               "resample_every",
               "uplink_frac_vs_fedit",
               "compute_frac_vs_fedit", "compute_measure", "accuracy_gain_vs_fedit", "client_compute_isolated_s",
@@ -55,7 +56,7 @@ SPRA_EXTRA = ["scenario", "backend", "variant", "task", "rate_mbit", "delay_ms",
               "rebuilt_base_runs", "load_notes", "base_sha256",
               "rounds", "uplink_bytes_total", "in_sync_frac", "command", *POPULATION_METRICS]
 SWEEP_COLUMNS = ["rate_mbit", "rank", "method", "compressor", "speedup", "bytes_frac", "quality"]
-SWEEP_EXTRA = ["scenario", "backend", "task", "variant", "ref_rank", "budget_frac", "delay_ms", "update_s",
+SWEEP_EXTRA = ["scenario", "backend", "model", "task", "variant", "ref_rank", "budget_frac", "delay_ms", "update_s",
                "quality_retained", "seeds", "loaded_runs"]
 
 
@@ -124,9 +125,9 @@ def runs_table(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 def backend_table(onpolicy: pd.DataFrame, federated: pd.DataFrame) -> pd.DataFrame:
     """Configurations measured on more than one backend, each compared with the best emulated one."""
     lines = []
-    sources = [(onpolicy, "update_s", "bytes_per_update", ["scenario", "variant", "method", "compressor", "task",
-                                                           "rate_mbit", "delay_ms", "rank", "budget_frac"]),
-               (federated, "round_s", "uplink_bytes", ["scenario", "variant", "method", "task", "ranks",
+    sources = [(onpolicy, "update_s", "bytes_per_update", ["scenario", "model", "variant", "method", "compressor",
+                                                           "task", "rate_mbit", "delay_ms", "rank", "budget_frac"]),
+               (federated, "round_s", "uplink_bytes", ["scenario", "model", "variant", "method", "task", "ranks",
                                                        "rate_mbit", "delay_ms"])]
     for table, time_col, bytes_col, keys in sources:
         if table.empty or table["backend"].nunique() < 2:

@@ -69,7 +69,7 @@ def _meta(scenario: str, variant: str, run_id: str, backend: str, method: str, k
     return {**({"load": load} if load else {}),"run_id": run_id, "scenario": scenario, "variant": variant, "backend": backend,
             "status": status, "reason": reason, "command": f"python -m harness scenario={scenario}{extra}",
             "git_commit": "0123abcd", "git_dirty": False, "kernel": "6.1.0", "versions": {"torch": "2.13.0"},
-            "config": {"seed": seed, "model": {"rank": model_rank},
+            "config": {"seed": seed, "model": {"name": "tiny", "rank": model_rank},
                        **({"federated": {"optimizer": optimizer}} if optimizer else {}),
                        "method": {"name": method, "kind": kind, "lr_rule": lr_rule, "resample_every": 5,
                                   "sync_dtype": sync_dtype}}}

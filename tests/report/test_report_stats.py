@@ -169,7 +169,7 @@ def test_spra_beats_fedit_paired_per_seed(seeded):
     diffs = [a - b for a, b in zip(SEEDED_FED["spra"], SEEDED_FED["fedit"])]
     assert c["estimate"] == pytest.approx(np.mean(diffs)) and c["n_seeds"] == 3 and c["verdict"] == "met"
     # SPRA ships exactly half FedIT's uplink on every seed: a zero-width interval touching 50% is inconclusive
-    uplink = _claim(seeded[1], "uplink", "spra_seeds [tc] ranks 64,32,16, optimizer sgd")
+    uplink = _claim(seeded[1], "uplink", "spra_seeds [tc] tiny (toy) ranks 64,32,16, optimizer sgd")
     assert (uplink["ci_low"], uplink["ci_high"]) == (0.5, 0.5) and uplink["verdict"] == "inconclusive"
     assert math.isnan(uplink["seeds_to_resolve"])          # no number of seeds moves a mean that sits on it
 
