@@ -10,8 +10,12 @@ page (markdown). The wide table, with rules, seeds and notes, stays in results/s
 The README's block lies between ``<!-- claims:begin`` and ``<!-- claims:end -->``; a test checks
 that it equals this module's table of the committed claims.csv, so the two cannot drift.
 
-The model column is the claims table's own ``model`` column when it has one; otherwise the
-model is read off the scenario named in ``where`` (its composed ``model.name``), or "–".
+The model column is the claims table's own ``model`` column (harness.report.claims: the model
+the claim's runs recorded in run.json, harness.report.collect.model_label). Only for a claims file
+that lacks the column (one written before it, or a row without a model) is the model read off the
+scenario named in ``where``: the scenario composed again with Hydra, its ``model`` labelled the
+same way, or "–" when it no longer composes. That lookup after the fact is wrong for a run that
+set ``model=...`` on the command line, which is why claims.csv carries the column.
 """
 from __future__ import annotations
 
@@ -22,11 +26,10 @@ from pathlib import Path
 import pandas as pd
 
 from harness.paths import results_root
+from harness.report.collect import model_label
 
 PERCENT = ("bytes_frac", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "quality_retained")
 TIMES = ("speedup",)
-MODELS = {"tiny": "tiny (toy)", "wide": "wide (LLM shape)", "small": "small (toy)",
-          "smollm2": "SmolLM2-135M", "hf": "local HF model"}
 
 
 def claims_path(root: Path | None = None) -> Path:
@@ -54,22 +57,29 @@ def estimate(row: pd.Series) -> str:
 
 
 def _scenario_model(scenario: str) -> str:
+    """The fallback for a claims file without a ``model`` column (module docstring): the model of the
+    scenario as it composes now, not as its runs ran."""
     from harness.errors import ConfigError
 
     try:
         from harness.run import compose_config
-        name = str(compose_config([f"scenario={scenario}"]).model.name)
+        model = compose_config([f"scenario={scenario}"]).model
+        return model_label({"name": model.get("name"), "path": model.get("path")})
     except (ConfigError, Exception):  # noqa: BLE001 - a scenario that no longer composes is "–", not a crash
         return "–"
-    return MODELS.get(name, name)
 
 
-def compact_where(where: str) -> str:
-    """``hilo_distill 10 Mbit/s`` / ``spra_federated sgd vs fedit``: the scenario and what tells rows apart."""
+def compact_where(where: str, model: str = "", keep_model: bool = False) -> str:
+    """``hilo_distill 10 Mbit/s`` / ``spra_federated sgd vs fedit``: the scenario and what tells rows apart.
+
+    claims.csv's ``where`` names its ``model`` after the scenario label; that text is taken out (the
+    brief has a model column of its own), or kept right after the scenario with ``keep_model``."""
     import re
 
     scenario = where.split(" ", 1)[0]
-    parts = [scenario]
+    if model:
+        where = where.replace(f" {model}", "", 1)
+    parts = [scenario] + ([model] if model and keep_model else [])
     rate = re.search(r"([\d.]+ Mbit/s|trace[^,]*)", where)
     parts += [rate.group(1)] if rate else []
     opt = re.search(r"optimizer (\w+)", where)
@@ -115,11 +125,13 @@ def short_frame(claims: pd.DataFrame) -> pd.DataFrame:
     for _, row in claims.iterrows():
         where = str(row.get("where", ""))
         scenario = where.split(" ", 1)[0]
-        if "model" in claims.columns and isinstance(row.get("model"), str) and row["model"]:
-            model = row["model"]
-        else:
+        recorded = row.get("model") if "model" in claims.columns else None
+        if isinstance(recorded, str) and recorded:
+            model = recorded                  # the claim's runs' own (claims.csv, from run.json)
+        else:                                 # a claims file from before the column
             model = cache.setdefault(scenario, _scenario_model(scenario))
-        short = {"method": row["method"], "claim": _claim(str(row["claim"])), "where": compact_where(where),
+        short = {"method": row["method"], "claim": _claim(str(row["claim"])),
+                 "where": compact_where(where, recorded if isinstance(recorded, str) else ""),
                  "estimate [95% CI]": estimate(row),
                  "verdict": row["verdict"], "n": int(row["n_seeds"]) if not pd.isna(row["n_seeds"]) else 0,
                  "model": model}

@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness.report.sparsity_plot import sparsity_section
 from harness.report.claims import claims_frame, crossover_frame
-from harness.report.collect import Collection
+from harness.report.collect import Collection, model_label
 from harness.report.metrics import TARGET_FRACTION
 from harness.report.plots import PlotLog, short_module_name
 from harness.report.stats import Summary, cell
@@ -373,6 +373,20 @@ def extra_sections(tables: Tables) -> list[str]:
     return out
 
 
+def bench_model(value) -> str:
+    """The compress bench's ``--model`` (its CSVs' ``model`` column) in the words a claim uses for a run's
+    model (collect.model_label): a model preset through its harness/conf/model/<preset>.yaml (``wide`` ->
+    ``wide (LLM shape)``, ``smollm2`` -> ``SmolLM2-135M-Instruct (real)``), ``hf:PATH`` as ``model=hf`` at
+    PATH; the bench's own model (``bench``) as it is."""
+    import yaml
+
+    text = str(value)
+    if text.startswith("hf:"):
+        return model_label({"name": "hf", "path": text[len("hf:"):]})
+    preset = Path(__file__).resolve().parents[1] / "conf" / "model" / f"{text}.yaml"
+    return model_label(yaml.safe_load(preset.read_text())) if preset.is_file() else text
+
+
 def compress_section(results_dir: Path) -> list[str]:
     """summary.md's compressor comparison at LLM shapes, from ``tables/compress_wide.csv`` when present
     (``python -m harness.compress.bench --model wide,small --csv ...``, a step of make bench)."""
@@ -392,7 +406,7 @@ def compress_section(results_dir: Path) -> list[str]:
            + (f" Not applicable at these budgets: {', '.join(na)}." if na else ""), ""]
     for model, t in df.groupby("model", sort=False):
         adapter = t["adapter_bytes"].iloc[0]
-        out += [f"{model} (adapter gradient {fmt_bytes(adapter)} in bf16):", "",
+        out += [f"{bench_model(model)}, adapter gradient {fmt_bytes(adapter)} in bf16:", "",
                 markdown_table(t, [("compressor", "compressor", str), ("budget", "budget", lambda v: fmt_pct(v)),
                                    ("used", "used", lambda v: fmt_pct(v, 2)), ("err_1", "err_1", fmt_num),
                                    ("err_ef", "err_ef", fmt_num), ("enc MB/s", "enc_mbs", lambda v: fmt_num(v, 3)),

@@ -88,3 +88,42 @@ def test_the_horizon_is_shortened_to_what_tells_verdicts_apart():
     assert short_horizon(float("nan")) == ""
     frame = short_frame(CLAIMS.assign(horizon=["per update (mean over the run)", "final round", float("nan")]))
     assert frame["horizon"].tolist() == ["per update", "final round", ""]
+
+
+SMOL = "SmolLM2-135M-Instruct (real)"
+
+
+def test_the_model_is_the_claims_own_column_and_where_leaves_it_to_that_column(monkeypatch):
+    """claims.csv names each row's model (its runs', from run.json) in ``model`` and in ``where``; the
+    brief shows the column and the compact where of today, and composes no scenario to guess it."""
+    def never(scenario):
+        raise AssertionError(f"composed {scenario} although the claims name their model")
+
+    monkeypatch.setattr("harness.report.brief._scenario_model", never)
+    claims = CLAIMS.iloc[[0, 0, 1]].reset_index(drop=True).assign(
+        model=["tiny (toy)", "wide (LLM shape)", SMOL],
+        where=["hilo_distill [tc] tiny (toy) 10 Mbit/s, r=64, vs full_sync_10mbit bf16",   # model=wide on the
+               "hilo_distill [tc] wide (LLM shape) 10 Mbit/s, r=64, vs low-rank r=1",       # command line
+               f"spra_real [tc] {SMOL} ranks 16,8, optimizer sgd, vs ffa"])
+    frame = short_frame(claims)
+    assert frame["model"].tolist() == ["tiny (toy)", "wide (LLM shape)", SMOL]
+    assert frame["where"].tolist() == ["hilo_distill 10 Mbit/s", "hilo_distill 10 Mbit/s vs low-rank r=1",
+                                       "spra_real sgd vs ffa"]
+
+
+def test_compact_where_takes_the_model_out_or_keeps_it_after_the_scenario():
+    where = f"hilo_real [tc] {SMOL} 10 Mbit/s, r=16, vs low-rank r=1"
+    assert compact_where(where, SMOL) == "hilo_real 10 Mbit/s vs low-rank r=1"
+    assert compact_where(where, SMOL, keep_model=True) == f"hilo_real {SMOL} 10 Mbit/s vs low-rank r=1"
+    local = "my-trace-model (local HF)"                       # a model name that reads like a trace
+    assert compact_where(f"spra_real [tc] {local} ranks 16,8, optimizer sgd, vs ffa", local) == "spra_real sgd vs ffa"
+
+
+def test_a_claims_file_without_the_column_falls_back_to_the_scenario_labelled_the_same_way():
+    """Only for claims files that predate the column: the scenario composed now, its model through
+    collect.model_label (hilo_real composes to model=hf with the packaged SmolLM2 GGUF)."""
+    from harness.report.brief import _scenario_model
+
+    assert _scenario_model("hilo_real") == SMOL
+    assert _scenario_model("hilo_wide") == "wide (LLM shape)"
+    assert _scenario_model("no_such_scenario") == "–"

@@ -175,4 +175,4 @@ def test_compress_section_reads_the_wide_compressor_table(tmp_path):
     assert "Not applicable at these budgets: quant." in text and "| quant |" not in text
     assert "| spar | 1.6% | 1.60% | 0.65 | 0.54 |" in text          # 372 / 23250 bytes
     assert "| topk | 5.0% | 5.00% | 0.72 | 0.49 |" in text
-    assert text.index("wide (adapter") < text.index("small (adapter")
+    assert text.index("wide (LLM shape), adapter") < text.index("small (toy), adapter")   # the claims' model names
