@@ -227,9 +227,17 @@ def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None, names: t
             f"95% CI [{s.ci_low:+.3f}, {s.ci_high:+.3f}]")
 
 
+def _scored(t: pd.DataFrame) -> pd.DataFrame:
+    """The configurations that measured a quality: a timing-only run (``onpolicy.eval_final=false``)
+    has none, so it enters the bytes and speedup claims but never a quality claim."""
+    return t[pd.to_numeric(t["quality"], errors="coerce").notna()] if "quality" in t else t.iloc[:0]
+
+
 def _horizons(spar: pd.DataFrame) -> pd.DataFrame:
-    """One configuration per training rank and horizon (``steps``), at its slowest rate: in the
-    synchronous loop quality does not depend on the rate, but it does on the updates run."""
+    """One configuration per training rank and horizon (``steps``), at its slowest rate, of those that
+    measured a quality: in the synchronous loop quality does not depend on the rate, but it does on
+    the updates run."""
+    spar = _scored(spar)
     return spar.groupby([c for c in ("ref_rank", "steps") if c in spar], dropna=False, sort=False).head(1)
 
 
@@ -243,7 +251,7 @@ def hilo_quality(tables: Tables) -> Found:
 def hilo_equal_time(tables: Tables) -> Found:
     """Quality at equal wall-clock time: HiLo's over full sync's when the faster finishes, per rate."""
     for label, spar, _ in _spar_configs(tables):
-        for _, r in spar.iterrows():
+        for _, r in _scored(spar).iterrows():
             per_seed = values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained_equal_time")
             at = values(tables.hilo_runs, r, ONPOLICY_KEYS, "equal_time_s")
             horizon = (f"equal wall-clock: when the faster finishes (mean {np.mean(list(at.values())):.1f} s)"
@@ -255,7 +263,7 @@ def hilo_equal_time(tables: Tables) -> Found:
 def hilo_time_to_95(tables: Tables) -> Found:
     """Time to 95% of full sync's final quality, HiLo's over full sync's own, per rate."""
     for label, spar, _ in _spar_configs(tables):
-        for _, r in spar.iterrows():
+        for _, r in _scored(spar).iterrows():
             fair = _fair(r)
             mine = values(tables.hilo_runs, r, ONPOLICY_KEYS, "time_to_95_vs_full")
             note = "" if mine else f"HiLo or full sync never reached {WALLCLOCK_TARGET:.0%} of full sync's final quality"
@@ -264,7 +272,7 @@ def hilo_time_to_95(tables: Tables) -> Found:
 
 def hilo_equal_bytes(tables: Tables) -> Found:
     for label, spar, t in _spar_configs(tables):
-        first = spar.groupby("ref_rank").head(1).index
+        first = _scored(spar).groupby("ref_rank").head(1).index
         for i, r in _horizons(spar).iterrows():
             horizon = equal_updates(tables, r, _baseline(t, r))
             low = t[(t["method"] == "lowrank") & (t["rate_mbit"] == r["rate_mbit"]) & (t["ref_rank"] == r["ref_rank"])
@@ -300,7 +308,7 @@ def hilo_allocation(allocation: str) -> Callable[[Tables], Found]:
     (energy) at the same rate, training rank and budget, where both ran."""
     def find(tables: Tables) -> Found:
         for label, spar, t in _spar_configs(tables):
-            for _, r in spar.iterrows():
+            for _, r in _scored(spar).iterrows():
                 other = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (_allocation(t) == allocation)
                           & (t["rate_mbit"] == r["rate_mbit"]) & (t["rank"] == r["rank"])
                           & (t["budget_frac"] == r["budget_frac"]) & _same_horizon(t, r)]

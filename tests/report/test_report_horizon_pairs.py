@@ -73,3 +73,32 @@ def test_the_report_tables_keep_what_the_horizon_claims_read():
     assert len(frame) == 2 and (frame["n_seeds"] == 3).all()
     for column in ("final_slope", "equal_time_s", "quality_retained_equal_time", "time_to_95_vs_full"):
         assert column in tables.hilo_runs, column
+
+
+def test_a_timing_only_run_enters_the_speedup_claim_but_no_quality_claim():
+    """onpolicy.eval_final=false (hilo_real's short runs at 5 Mbit/s): the run measures time and bytes only,
+    so it is judged for speedup and bytes and never appears in a quality claim (no n=0 line)."""
+    rows = _rows()
+    timing = []
+    for variant, method, comp in (("full_sync_5mbit", "full_sync", "none"), ("hilo_spar_5mbit", "hilo", "spar")):
+        for seed in (0, 1, 2):
+            for step in range(2):
+                common = dict(kind="onpolicy", run_id=f"{variant}-s{seed}", step=step, scenario="hilo_distill",
+                              backend="tc", variant=variant, method=method, compressor=comp, task="distill",
+                              rate_mbit=5.0, delay_ms=0.0, rank=64, ref_rank=64, staleness=0, seed=seed,
+                              allocation="energy" if comp == "spar" else "", steps=2.0,
+                              budget_frac=0.016 if method == "hilo" else float("nan"))
+                timing.append({**common, "role": "learner", "update_s": 1.0 if method == "hilo" else 4.0,
+                               "payload_bytes_down": 1000.0})           # no accuracy: nothing evaluated
+                timing.append({**common, "role": "worker0"})
+    runs = onpolicy_runs(pd.concat([rows, pd.DataFrame(timing)], ignore_index=True))
+    empty = pd.DataFrame()
+    tables = Tables(hilo=hilo_table(onpolicy_table(runs=runs)), spra=empty, sweep=empty, backends=empty, hilo_runs=runs)
+    frame = claims_frame(tables)
+    at5 = frame[frame["where"].str.contains(" 5 Mbit/s")]
+    assert set(at5["claim"]) == {"update speedup >= 2.2x vs full sync",
+                                 "bytes per update <= 1.6% of full sync (configured budget / achieved; by construction)"} \
+        or set(at5["claim"]) == {"update speedup >= 2.2x vs full sync"}
+    speed = at5[at5["claim"] == "update speedup >= 2.2x vs full sync"].iloc[0]
+    assert speed["estimate"] == pytest.approx(4.0) and speed["n_seeds"] == 3
+    assert (at5["n_seeds"] == 3).all()
