@@ -46,7 +46,7 @@ import torch
 from harness.errors import ConfigError
 from harness.seeds import derive
 from harness.tasks.arith import Problems
-from harness.tasks.data import IGNORE, sft_loss
+from harness.tasks.data import IGNORE, sft_loss_shared_prefix
 from harness.tasks.federated import ClientData, client_batches
 from harness.tasks.models import plain
 from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask, frozen_teacher
@@ -430,13 +430,15 @@ class ChatSFTTask:
         return client_batches(self, k, self.chat.sft_batch, batch_size, generator)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Mean next-token cross-entropy (nats/token) on the batch's answer tokens."""
-        return sft_loss(model, batch)
+        """Mean next-token cross-entropy (nats/token) on the batch's answer tokens, the chat
+        template's prefix that every row shares computed once per batch (data.sft_loss_shared_prefix;
+        the synthetic tasks keep sft_loss, so their reference results stay bit for bit)."""
+        return sft_loss_shared_prefix(model, batch)
 
     @torch.no_grad()
     def evaluate(self, model, chunk: int = 64) -> dict[str, float]:
         """eval_loss (answer tokens) and greedy accuracy (the module's rule) on the held-out problems."""
-        eval_loss = float(sft_loss(model, self.eval_batch))
+        eval_loss = float(sft_loss_shared_prefix(model, self.eval_batch))
         prompts = self.chat.encode(self.eval_problems)
         hits = 0
         for i in range(0, len(prompts), chunk):
