@@ -34,7 +34,8 @@ from harness.compress.quant import Quant
 from harness.compress.sparsify import RandK, TopK
 from harness.compress.spar import Spar
 
-_NOT_COMPRESSORS = ("bench", "__main__")     # modules of this package that are entry points, not parts
+# modules of this package that are entry points (the bench and its parts), not compressors
+_NOT_COMPRESSORS = ("bench", "bench_gradients", "bench_real", "bench_table", "bench_ranks", "bench_allocation", "__main__")
 
 
 def _discover() -> dict[str, type[BaseCompressor]]:

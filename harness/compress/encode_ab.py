@@ -2,7 +2,7 @@
 against the behaviour before the last encode change ("old": the float64-sum finiteness check of
 every tensor in place of the current one, restored by monkeypatching ``_check_finite``, and
 Spar's exact ``svd="gram"`` spectra instead of the default sketch), alternated three times over 20 real LoRA gradients (seed 0) of the tiny and
-wide shapes; with the error each Spar variant leaves (err_1, err_ef as in harness.compress.bench)
+wide shapes; with the error each Spar variant leaves (err_1, err_ef as in harness.compress.bench_table)
 on the same gradients, since a faster encode is only worth having at the same error.
 Figures: docs/compress.md, "Encode speed".
 
@@ -41,11 +41,11 @@ def old_check(enabled: bool):
 
 
 def main() -> int:
-    from harness.compress import bench, build
+    from harness.compress import bench_gradients, bench_table, build
 
     torch.set_num_threads(1)
     for model in ("tiny", "wide"):
-        grads = bench.lora_gradients(steps=20, model=model)
+        grads = bench_gradients.lora_gradients(steps=20, model=model)
         mb = 4 * sum(t.numel() for t in grads[0].values()) / 1e6
         times: dict[tuple[str, bool], list[float]] = {}
         for _ in range(3):
@@ -65,7 +65,7 @@ def main() -> int:
         print(f"{model} spar/powersgd time: old {med[('spar', True)] / med[('powersgd', True)]:.2f}  "
               f"new {med[('spar', False)] / med[('powersgd', False)]:.2f}")
         for label, opts in (("old (gram)", {"svd": "gram"}), ("new (sketch)", {})):
-            row = bench.evaluate(f"spar {label}", 0.016, grads, options={"name": "spar", **opts})
+            row = bench_table.evaluate(f"spar {label}", 0.016, grads, options={"name": "spar", **opts})
             print(f"{model} spar {label}: err_1 {row.err_1:.4f}  err_ef {row.err_ef:.4f}")
     return 0
 

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from harness.compress import Payload, bench, build
+from harness.compress import Payload, bench_gradients, build
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def payload():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        grads = bench.lora_gradients(steps=2, warmup=1, model="tiny")[0]
+        grads = bench_gradients.lora_gradients(steps=2, warmup=1, model="tiny")[0]
         comp = build("spar", seed=0, budget=0.016)
         yield comp, comp.encode(grads, 0).to_bytes()
     finally:

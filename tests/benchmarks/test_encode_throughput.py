@@ -3,7 +3,7 @@
     .venv/bin/python -m pytest tests/benchmarks/test_encode_throughput.py --benchmark-enable -n 0 -s
 
 Shape sets (LoRA r=64 on q,k,v,o,gate,up,down of a Llama-style model):
-  tiny   hidden 128, MLP 256, 2 layers: real gradients (harness.compress.bench.lora_gradients)
+  tiny   hidden 128, MLP 256, 2 layers: real gradients (harness.compress.bench_gradients.lora_gradients)
   small  hidden 256, MLP 768, 4 layers: real gradients
   wide   hidden 1024, MLP 2048, 2 layers: SYNTHETIC gradients (LLM proportions, r/d = 1/16;
          branch wide's preset was not there): each matrix a rank-8 signal with decaying
@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from harness.compress import Payload, build
-from harness.compress import bench
+from harness.compress import bench_gradients
 
 BUDGET = 0.016
 COMPRESSORS = ("spar", "powersgd", "topk")
@@ -60,7 +60,7 @@ def gradients(shape_set: str, steps: int) -> list[dict[str, torch.Tensor]]:
     """The gradients of one shape set (cached: every compressor gets the same ones; do not modify)."""
     if shape_set == "wide":
         return wide_gradients(steps)
-    return bench.lora_gradients(steps=steps, warmup=3, **SHAPES[shape_set])
+    return bench_gradients.lora_gradients(steps=steps, warmup=3, **SHAPES[shape_set])
 
 
 def throughput(name: str, grads: list[dict[str, torch.Tensor]], repeats: int = 3) -> dict:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness import optim
-from harness.compress import bench
+from harness.compress import bench_gradients
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def tiny_grads():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield list(bench.lora_gradients(steps=2, warmup=1, model="tiny")[0].values())
+        yield list(bench_gradients.lora_gradients(steps=2, warmup=1, model="tiny")[0].values())
     finally:
         torch.set_num_threads(threads)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.compress import bench
+from harness.compress import bench, bench_gradients, bench_real, bench_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tasks"))
 from chat_model import save_chat_model  # noqa: E402
@@ -28,7 +28,7 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 def test_gradients_follow_an_adamw_trajectory(chat_dir):
     torch.set_num_threads(1)
-    grads = bench.chat_gradients(str(chat_dir), steps=2, warmup=0, rank=4)
+    grads = bench_real.chat_gradients(str(chat_dir), steps=2, warmup=0, rank=4)
     names = sorted(grads[0])
     assert len(names) == 14                                    # 7 linear layers x (A, B), 1 decoder layer
     a_names = [n for n in names if "lora_A" in n]
@@ -46,7 +46,7 @@ def test_real_model_table_ranks_and_plot(chat_dir, tmp_path):
                      "--budgets", "0.5", "--csv", str(out), "--plot", str(plot)])
     assert rc == 0
     rows = _read(out)
-    assert [r["compressor"].split("[")[0] for r in rows] == list(bench.REAL_VARIANTS)
+    assert [r["compressor"].split("[")[0] for r in rows] == list(bench_table.REAL_VARIANTS)
     assert {(r["model"], r["lora_rank"], r["steps"], r["budget"]) for r in rows} == {(f"hf:{chat_dir}", "4", "2", "0.5")}
     ran = [r for r in rows if r["bytes"] != "nan"]
     assert {r["compressor"] for r in ran} >= {"spar", "topk", "randk"}
@@ -58,7 +58,7 @@ def test_real_model_table_ranks_and_plot(chat_dir, tmp_path):
     ranks = _read(tmp_path / "real_spar_ranks.csv")
     assert len(ranks) == 2 * 14                                # one row per (step, matrix)
     assert {r["part"] for r in ranks} == {"A", "B"} and {r["layer"] for r in ranks} == {"0"}
-    assert {r["matrix"] for r in ranks} == {f"L0 {m} {p}" for m in bench.TARGETS for p in "AB"}
+    assert {r["matrix"] for r in ranks} == {f"L0 {m} {p}" for m in bench_gradients.TARGETS for p in "AB"}
     assert all(0 <= int(r["k"]) <= 4 for r in ranks) and any(int(r["k"]) > 0 for r in ranks)
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

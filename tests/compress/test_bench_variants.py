@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from harness.compress import bench
+from harness.compress import bench_table
 
 
 def _grads(steps: int = 3) -> list[dict[str, torch.Tensor]]:
@@ -18,7 +18,7 @@ def test_powersgd_is_named_subset_only_where_rank_1_does_not_fit():
     grads = _grads()
     rank1 = 2 * (64 + 1024) * 2                      # bf16 bytes of one rank-1 factor pair per matrix
     numel = 2 * 64 * 1024
-    low, high = bench.evaluate("powersgd", 0.016, grads), bench.evaluate("powersgd", 0.05, grads)
+    low, high = bench_table.evaluate("powersgd", 0.016, grads), bench_table.evaluate("powersgd", 0.05, grads)
     assert 0.016 * 2 * numel < rank1 < 0.05 * 2 * numel   # the premise: rank 1 fits only the 5% budget
     assert low.compressor == "powersgd[subset]" and "subset" in low.note
     assert high.compressor == "powersgd" and high.note == ""
@@ -26,7 +26,7 @@ def test_powersgd_is_named_subset_only_where_rank_1_does_not_fit():
 
 
 def test_powersgd_r1_ships_its_native_rank_1_cost():
-    row = bench.evaluate("powersgd-r1", 0.016, _grads())
+    row = bench_table.evaluate("powersgd-r1", 0.016, _grads())
     assert row.compressor == "powersgd-r1" and "native" in row.note
     assert row.bytes > row.budget_bytes              # rank 1 everywhere costs more than 1.6% here
     assert row.err_1 < 1

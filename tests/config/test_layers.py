@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.validate", "harness.compose", "harness.plan"),           # deciding what a run is
     ("harness.run", "harness.report"),                                 # running and reporting
     ("harness.__main__", "harness.usage", "harness.gpucheck", "harness.node", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
+     "harness.compress.bench_gradients", "harness.compress.bench_real", "harness.compress.bench_table",
+     "harness.compress.bench_ranks", "harness.compress.bench_allocation",
      "harness.tasks.headroom", "harness.tasks.chat_headroom", "harness.tasks.chat_rollouts", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
      "harness.onpolicy.sparsity"),                                      # entry points
 ]
