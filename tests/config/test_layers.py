@@ -23,7 +23,8 @@ LAYERS: list[tuple[str, ...]] = [
                                                                        # supervise, role) and the wire
     ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
     ("harness.validate", "harness.compose", "harness.plan"),           # deciding what a run is
-    ("harness.run", "harness.report"),                                 # running and reporting
+    ("harness.run", "harness.multihost", "harness.report"),            # running (one host, across hosts: the
+                                                                       # agent's parts) and reporting
     ("harness.__main__", "harness.usage", "harness.gpucheck", "harness.node", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
      "harness.compress.bench_gradients", "harness.compress.bench_real", "harness.compress.bench_table",
      "harness.compress.bench_ranks", "harness.compress.bench_allocation",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.node import Agent, Me, calibration_problem, pairs
+from harness.multihost.agent import Agent
+from harness.multihost.calibration import calibration_problem, pairs
+from harness.multihost.host import Me
 from netem.spec import LinkSpec
 
 
