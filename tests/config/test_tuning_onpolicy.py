@@ -136,8 +136,6 @@ def test_every_tuned_onpolicy_variant_reads_a_committed_interior_entry_of_its_ow
     from harness.tune import training_overrides
     from harness.tuning import read_selected
 
-    # the named exception: hilo_real's tuning ran at 1 seed (the real model on 2 cores; issue 25's note says so)
-    ONE_SEED_TUNING = {"hilo_real": 1}
     pattern = re.compile(r"^onpolicy\.lr=\$\{tuned_lr:([\w-]+),([\w-]+)\}$")
     checked = 0
     for path in sorted(scenarios_root().glob("hilo_*.yaml")):
@@ -152,8 +150,7 @@ def test_every_tuned_onpolicy_variant_reads_a_committed_interior_entry_of_its_ow
             table = read_selected(scenario).set_index("variant")
             assert entry in table.index, f"{path.stem}.{name} reads {entry!r}, not in {scenario}'s selected file"
             row = table.loc[entry]
-            seeds = ONE_SEED_TUNING.get(scenario, 3)
-            assert not row.at_edge and row.seeds >= seeds and row.grid_points >= 3, (name, dict(row))
+            assert not row.at_edge and row.seeds >= 3 and row.grid_points >= 3, (name, dict(row))
             source = variants.get(entry) if scenario == path.stem else None
             if source is not None:                  # a link- or horizon-only sibling of the entry's variant
                 assert sorted(map(str, training_overrides(list(source)))) == \
