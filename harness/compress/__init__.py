@@ -35,7 +35,7 @@ from harness.compress.sparsify import RandK, TopK
 from harness.compress.spar import Spar
 
 # modules of this package that are entry points (the bench and its parts), not compressors
-_NOT_COMPRESSORS = ("bench", "bench_gradients", "bench_real", "bench_table", "bench_ranks", "bench_allocation", "__main__")
+_NOT_COMPRESSORS = ("bench", "bench_gradients", "bench_real", "bench_table", "bench_ranks", "bench_allocation", "bench_seeds", "__main__")
 
 
 def _discover() -> dict[str, type[BaseCompressor]]:

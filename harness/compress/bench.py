@@ -5,7 +5,7 @@
     python -m harness.compress.bench --model wide,small --csv results/tables/compress_wide.csv
     python -m harness.compress.bench --allocations --model tiny,wide --seeds 0,1,2 \
         --csv results/tables/spar_allocation.csv      # Spar's allocation ablation (below)
-    python -m harness.compress.bench --model smollm2 --rank 16,8,64 --steps 10 --train-threads 2 \
+    python -m harness.compress.bench --model smollm2 --rank 16,8,64 --seeds 0,1,2 --steps 12 \
         --csv results/tables/compress_real.csv --plot results/plots/spar_ranks_real.png   # a real LM
 
 The parts, one module each:
@@ -14,6 +14,7 @@ The parts, one module each:
   harness.compress.bench_table       the variants, evaluate (the metrics), the markdown table, write_csv
   harness.compress.bench_ranks       Spar's rank per matrix and step on a real model, plot_real_ranks
   harness.compress.bench_allocation  Spar's allocation ablation (``--allocations``)
+  harness.compress.bench_seeds       a real model's table over seeds: mean and 95% interval per row (``*_summary.csv``)
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from harness.compress.bench_allocation import allocation_markdown, evaluate_allo
 from harness.compress.bench_gradients import lora_gradients, model_config
 from harness.compress.bench_ranks import plot_real_ranks, rank_rows
 from harness.compress.bench_real import chat_gradients, check_real, real_source
+from harness.compress.bench_seeds import summarize_seeds, summary_markdown, summary_path
 from harness.compress.bench_table import (BUDGETS, PRESET_VARIANTS, REAL_VARIANTS, VARIANTS, _diff, _failed, _norm,
                                           evaluate, markdown, time_spectra, write_csv)
 from harness.progress import frames
@@ -39,48 +41,57 @@ from harness.progress import frames
 
 def _real_table(args, m: str, labels: list[str] | None, budgets: list[float], lora_ranks: list[int],
                 all_rows: list, reports: list, rank_table: list) -> None:
-    """The compressor table of real model ``m`` at each LoRA rank (module doc, "Real models"); the
-    CSVs are rewritten after each rank so a bounded run keeps what it measured."""
+    """The compressor table of real model ``m`` at each LoRA rank and seed (module doc, "Real models"):
+    each seed its own gradient stream (its own LoRA draw and SFT batches); Spar's ranks are recorded for
+    the first seed (the plot). The CSVs are rewritten after each (rank, seed), so a bounded run keeps what
+    it measured; with several seeds, ``*_summary.csv`` holds each row's mean and 95% t-interval over them."""
     from tqdm import tqdm
 
     labels = labels or list(REAL_VARIANTS)
     warmup = 3 if args.warmup is None else args.warmup
+    seeds = [int(x) for x in args.seeds.split(",")]
     for r in lora_ranks:
-        t0 = time.perf_counter()
-        torch.set_num_threads(args.train_threads or args.threads)
-        grads = chat_gradients(real_source(m), steps=args.steps, warmup=warmup, rank=r, lr=args.lr,
-                               overrides=tuple(args.overrides), progress=True)
-        torch.set_num_threads(args.threads)
-        train_s = time.perf_counter() - t0
-        dense = 2 * sum(t.numel() for t in grads[0].values())
-        rows = []
-        for c, b in tqdm([(c, b) for b in budgets for c in labels], desc=f"compressors ({m}, r={r})",
-                         disable=not frames()):
-            ranks: list[dict[str, int]] | None = [] if c == "spar" else None
-            rows.append(evaluate(c, b, grads, ranks=ranks))
-            if ranks is not None and not _failed(rows[-1]):
-                rank_table += rank_rows(m, r, b, ranks)
-        for row in rows:
-            row.model, row.lora_rank = m, r
-        spectra_ms = time_spectra(grads[0])
-        all_rows += rows
-        reports.append({"model": m, "lora_rank": r, "dense_bf16_bytes": dense, "steps": len(grads),
-                        "matrices": len(grads[0]), "gradients_s": train_s, "spectra_ms": spectra_ms,
-                        "rows": [asdict(x) for x in rows]})
-        if not args.json:
-            print(f"## {m}, LoRA r={r}\n\n" + markdown(rows, dense, spectra_ms, len(grads[0])))
-            print(f"\n{len(grads)} steps after {warmup} warm-up steps (gradients: {train_s:.0f} s at "
-                  f"{args.train_threads or args.threads} threads); torch {torch.__version__}, "
-                  f"{torch.get_num_threads()} threads for the compressors; load {os.getloadavg()[0]:.1f}\n", flush=True)
-        del grads
-        if args.csv:
-            write_csv(all_rows, args.csv)
-        if args.ranks_csv and rank_table:
-            write_csv(rank_table, args.ranks_csv)
+        for seed in seeds:
+            t0 = time.perf_counter()
+            torch.set_num_threads(args.train_threads or args.threads)
+            grads = chat_gradients(real_source(m), steps=args.steps, warmup=warmup, seed=seed, rank=r, lr=args.lr,
+                                   overrides=tuple(args.overrides), progress=True)
+            torch.set_num_threads(args.threads)
+            train_s = time.perf_counter() - t0
+            dense = 2 * sum(t.numel() for t in grads[0].values())
+            rows = []
+            for c, b in tqdm([(c, b) for b in budgets for c in labels], desc=f"compressors ({m}, r={r}, seed {seed})",
+                             disable=not frames()):
+                ranks: list[dict[str, int]] | None = [] if c == "spar" and seed == seeds[0] else None
+                rows.append(evaluate(c, b, grads, ranks=ranks))
+                if ranks is not None and not _failed(rows[-1]):
+                    rank_table += rank_rows(m, r, b, ranks)
+            for row in rows:
+                row.model, row.lora_rank, row.seed = m, r, seed
+            spectra_ms = time_spectra(grads[0])
+            all_rows += rows
+            reports.append({"model": m, "lora_rank": r, "seed": seed, "dense_bf16_bytes": dense, "steps": len(grads),
+                            "matrices": len(grads[0]), "gradients_s": train_s, "spectra_ms": spectra_ms,
+                            "rows": [asdict(x) for x in rows]})
+            if not args.json:
+                print(f"## {m}, LoRA r={r}, seed {seed}\n\n" + markdown(rows, dense, spectra_ms, len(grads[0])))
+                print(f"\n{len(grads)} steps after {warmup} warm-up steps (gradients: {train_s:.0f} s at "
+                      f"{args.train_threads or args.threads} threads); torch {torch.__version__}, "
+                      f"{torch.get_num_threads()} threads for the compressors; load {os.getloadavg()[0]:.1f}\n",
+                      flush=True)
+            del grads
+            if args.csv:
+                write_csv(all_rows, args.csv)
+                if len(seeds) > 1:
+                    write_csv(summarize_seeds(all_rows), summary_path(args.csv))
+            if args.ranks_csv and rank_table:
+                write_csv(rank_table, args.ranks_csv)
         if args.plot and any(x.lora_rank == r for x in rank_table):
             stem = args.plot[:-4] if args.plot.endswith(".png") else args.plot
             path = args.plot if r == lora_ranks[0] else f"{stem}_r{r}.png"
             print(f"{path}: {plot_real_ranks(rank_table, path, r)}", file=sys.stderr, flush=True)
+    if len(seeds) > 1 and not args.json:
+        print(summary_markdown(summarize_seeds(all_rows)), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON rows instead of markdown")
     parser.add_argument("--allocations", action="store_true",
                         help="Spar's allocation ablation (energy, normalized, preconditioned) at --budgets' first budget")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds (--allocations; default 0)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (--allocations and real models; default 0)")
     parser.add_argument("--csv", help="also write the rows to this CSV (e.g. results/tables/compress_wide.csv)")
     parser.add_argument("--ranks-csv", help="real models: Spar's rank per matrix and step (default: --csv's "
                                             "name with _spar_ranks)")

@@ -58,6 +58,7 @@ class Row:
     adapter_bytes: int = 0          # bf16 bytes of the whole adapter gradient
     lora_rank: int = 0              # the adapter's LoRA rank r
     steps: int = 0                  # gradients the row's metrics average over
+    seed: int = 0                   # the gradient stream's seed (a real model's LoRA draw and batches)
 
 
 def _norm(tensors: dict[str, torch.Tensor]) -> float:

@@ -63,6 +63,31 @@ def test_real_model_table_ranks_and_plot(chat_dir, tmp_path):
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_seeds_give_streams_of_their_own_and_an_interval_per_row(chat_dir, tmp_path):
+    """--seeds: one gradient stream per seed (rows differ), Spar's ranks from the first seed only, and a
+    summary whose mean and interval are those of the per-seed rows, with err_ef paired against Spar's."""
+    from harness.report.stats import summarize
+
+    out = tmp_path / "real.csv"
+    rc = bench.main(["--model", f"hf:{chat_dir}", "--rank", "4", "--steps", "2", "--warmup", "1", "--seeds", "0,1,2",
+                     "--budgets", "0.5", "--compressors", "spar,topk", "--csv", str(out)])
+    assert rc == 0
+    rows = _read(out)
+    assert sorted(r["seed"] for r in rows) == ["0", "0", "1", "1", "2", "2"]
+    spar = {r["seed"]: float(r["err_ef"]) for r in rows if r["compressor"] == "spar"}
+    topk = {r["seed"]: float(r["err_ef"]) for r in rows if r["compressor"] == "topk"}
+    assert len(set(spar.values())) == 3                        # three streams, not one stream three times
+    assert len(_read(tmp_path / "real_spar_ranks.csv")) == 2 * 14       # the first seed's ranks only
+    summary = {r["compressor"]: r for r in _read(tmp_path / "real_summary.csv")}
+    want = summarize(spar.values())
+    assert float(summary["spar"]["err_ef"]) == pytest.approx(want.mean)
+    assert float(summary["spar"]["err_ef_low"]) == pytest.approx(want.ci_low) and summary["spar"]["n"] == "3"
+    assert summary["spar"]["vs_spar_err_ef"] == "nan"          # Spar itself: no difference
+    diff = summarize(topk[s] - spar[s] for s in spar)
+    assert float(summary["topk"]["vs_spar_err_ef"]) == pytest.approx(diff.mean)
+    assert float(summary["topk"]["vs_spar_high"]) == pytest.approx(diff.ci_high)
+
+
 def test_bad_real_model_input_is_one_line_exit_2(tmp_path, capsys):
     assert bench.main(["--model", f"hf:{tmp_path / 'missing'}"]) == 2
     assert bench.main(["--model", f"hf:{tmp_path}", "--rank", "x"]) == 2
