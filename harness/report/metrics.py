@@ -37,7 +37,8 @@ On-policy (learner rows, ``role == "learner"``):
   ``equal_time_s`` [s] = min(this run's, the same seed's full sync's total update time), the
   time at which the faster of the two finishes; ``quality_retained_equal_time`` = this run's
   quality at that time over full sync's (``quality_at_time``: linear in cumulative update time
-  between evaluations; NaN before a run's first evaluation); ``time_to_95_s`` [s] = the time
+  between evaluations; NaN before a run's first evaluation; where the pair's full sync evaluated
+  the base model, ``onpolicy.eval_base``, both curves start from it at t = 0); ``time_to_95_s`` [s] = the time
   this run takes to reach ``WALLCLOCK_TARGET`` (95%) x the same seed's full-sync final quality
   and ``time_to_95_vs_full`` = that time over full sync's own (< 1: there sooner; NaN when
   either never gets there).
@@ -356,6 +357,22 @@ def _end_time(curve: pd.DataFrame) -> float:
     return float(curve["cum_time_s"].iloc[-1]) if len(curve) else np.nan
 
 
+def _from_base(curve: pd.DataFrame, q0: float) -> pd.DataFrame:
+    """The curve with the base policy's evaluation (``onpolicy.eval_base``: before update 0, at
+    cumulative time 0 and 0 bytes) as its first point: every LoRA run starts from the base model
+    (B = 0), so a run whose first evaluation comes late is still measured from t = 0."""
+    start = pd.DataFrame({"step": [-1], "cum_bytes": [0.0], "cum_time_s": [0.0], "quality": [q0]})
+    return pd.concat([start, curve], ignore_index=True)
+
+
+def _same_base(frame: pd.DataFrame, r: str, b: int) -> bool:
+    if "base_sha256" not in frame:
+        return True
+    mine = frame.loc[frame["run_id"] == r, "base_sha256"].iloc[0]
+    theirs = frame.at[b, "base_sha256"]
+    return not (mine == mine and theirs == theirs) or mine == theirs
+
+
 def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFrame]) -> None:
     """The equal-updates slope and the equal-wall-clock columns of every run (module docstring)."""
     frame["final_slope"] = [final_slope(curves[r]) for r in frame["run_id"]]
@@ -365,6 +382,9 @@ def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFra
             eq.append(np.nan), kept.append(np.nan), t95.append(np.nan), vs.append(np.nan)
             continue
         mine, full = curves[r], curves[frame.at[b, "run_id"]]
+        q0 = frame.at[b, "base_quality"] if "base_quality" in frame else np.nan
+        if q0 == q0 and _same_base(frame, r, b):        # both start from the base policy measured at t=0
+            mine, full = _from_base(mine, q0), _from_base(full, q0)
         t = min(_end_time(mine), _end_time(full))
         q_full = quality_at_time(full, t)
         eq.append(t)

@@ -104,3 +104,19 @@ def test_claims_say_which_horizon_each_verdict_uses(runs) -> None:
     assert equal["estimate"] == pytest.approx((0.7 / 0.6 + 0.78 / 0.65) / 2)
     t95 = claims.loc["reaches 95% of full sync's final quality no later than full sync"]
     assert t95["horizon"].startswith("equal wall-clock: time to 95%") and t95["n_seeds"] == 1
+
+
+def test_a_late_first_evaluation_is_measured_from_the_base_policy_at_time_zero() -> None:
+    """Full sync evaluates the base (0.3, before update 0) and then only after update 6 (at 12 s:
+    0.8); HiLo finishes at 6 s with 0.7. At 6 s full sync is halfway from 0.3 to 0.8 = 0.55, so
+    HiLo retains 0.7 / 0.55; without the base point nothing of full sync was measured by 6 s."""
+    rows = _rows()
+    rows.loc[(rows.variant == "full_sync") & rows.step.isin([1, 3]), "accuracy"] = float("nan")   # one evaluation
+    first = (rows.role == "learner") & (rows.step == 0)
+    rows.loc[first & (rows.variant == "full_sync"), "base_accuracy"] = 0.3
+    runs = onpolicy_runs(rows).set_index("run_id")
+    hilo = runs.loc["hilo_spar-s0"]
+    assert hilo.quality_retained_equal_time == pytest.approx(0.7 / 0.55)
+    full = runs.loc["full_sync-s0"]
+    assert full.base_quality == pytest.approx(0.3)
+    assert full.time_to_95_s == pytest.approx((0.76 - 0.3) / 0.5 * 12)   # 0.3 + 0.5 * t / 12 = 0.76
