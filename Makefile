@@ -29,7 +29,7 @@ test: $(STAMP)  ## run the test suite (emulated tests skip with a reason when no
 test-fast: $(STAMP)  ## the pure and composed tiers only: no namespaces, no role processes
 	$(PY) -m pytest -q -m "not emulated and not e2e"
 
-bench: $(STAMP)  ## run the reference reproductions and write results/summary.md, tables, plots
+bench: $(STAMP)  ## the real-model reference (hilo_real, compress_real): results/real/summary.md, tables, plots
 	$(PY) -m harness.bench
 
 report: $(STAMP)  ## rebuild tables and plots from results/runs

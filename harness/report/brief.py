@@ -6,9 +6,11 @@ page (markdown). The wide table, with rules, seeds and notes, stays in results/s
 
     python -m harness.report.brief [--markdown] [--claims results/tables/claims.csv]
     python -m harness.report.brief --readme README.md     # rewrite the README's claims block
+    python -m harness.report.brief --claims results/real/tables/claims.csv --readme README.md --block claims-real
 
-The README's block lies between ``<!-- claims:begin`` and ``<!-- claims:end -->``; a test checks
-that it equals this module's table of the committed claims.csv, so the two cannot drift.
+Each README block lies between ``<!-- NAME:begin`` and ``<!-- NAME:end -->`` (BLOCKS: ``claims``
+for results/tables/claims.csv, ``claims-real`` for the real model's); a test checks that each equals
+this module's table of its committed claims.csv, so they cannot drift.
 
 The model column is the claims table's own ``model`` column (harness.report.claims: the model
 the claim's runs recorded in run.json, harness.report.collect.model_label). Only for a claims file
@@ -158,21 +160,33 @@ def screen(frame: pd.DataFrame, width: int = 160) -> str:
     return "\n".join([line(cols), *(line([r[c] for c in cols]) for _, r in frame.iterrows())])
 
 
-BEGIN, END = "<!-- claims:begin", "<!-- claims:end -->"
+# The README's blocks, by name: "claims" (results/tables/claims.csv: the tiny and wide models) and
+# "claims-real" (results/real/tables/claims.csv: the real model, make bench's own).
+BLOCKS = {"claims": Path("results/tables/claims.csv"), "claims-real": Path("results/real/tables/claims.csv")}
 
 
-def readme_block(text: str) -> str:
-    """The table between the README's claims markers (the marker lines excluded)."""
-    head, _, rest = text.partition(BEGIN)
-    if not rest or END not in rest:
-        raise ValueError(f"no {BEGIN} ... {END} block")
-    return rest.split("\n", 1)[1].split(END, 1)[0].rstrip("\n")
+def _markers(block: str) -> tuple[str, str]:
+    return f"<!-- {block}:begin", f"<!-- {block}:end -->"
 
 
-def rewrite_readme(path: Path, table: str) -> None:
+def readme_block(text: str, block: str = "claims") -> str:
+    """The table between the README's markers of ``block`` (the marker lines excluded)."""
+    begin, end = _markers(block)
+    head, _, rest = text.partition(begin)
+    if not rest or end not in rest:
+        raise ValueError(f"no {begin} ... {end} block")
+    return rest.split("\n", 1)[1].split(end, 1)[0].rstrip("\n")
+
+
+def rewrite_readme(path: Path, table: str, block: str = "claims") -> None:
     text = path.read_text(encoding="utf-8")
-    old = readme_block(text)
-    path.write_text(text.replace(old, table.rstrip("\n"), 1), encoding="utf-8")
+    begin, end = _markers(block)
+    head, _, rest = text.partition(begin)
+    if not rest or end not in rest:
+        raise ValueError(f"no {begin} ... {end} block")
+    marker_line, body = rest.split("\n", 1)
+    tail = body.split(end, 1)[1]
+    path.write_text(f"{head}{begin}{marker_line}\n{table.rstrip(chr(10))}\n{end}{tail}", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=Path, default=None, help="claims.csv (default results/tables/claims.csv)")
     parser.add_argument("--markdown", action="store_true", help="a markdown table (the README's) instead of text")
     parser.add_argument("--readme", type=Path, default=None, help="rewrite this file's claims block with the table")
+    parser.add_argument("--block", default="claims", choices=sorted(BLOCKS),
+                        help="which of the README's blocks --readme rewrites (default claims)")
     args = parser.parse_args(argv)
     path = args.claims or claims_path()
     if not path.is_file():
@@ -187,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     frame = short_frame(pd.read_csv(path))
     if args.readme:
-        rewrite_readme(args.readme, markdown(frame))
+        rewrite_readme(args.readme, markdown(frame), args.block)
         print(f"{args.readme}: claims block rewritten ({len(frame)} claims)")
         return 0
     print(markdown(frame) if args.markdown else screen(frame))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from harness.report.brief import compact_where, markdown, screen, short_frame
 
@@ -51,15 +52,17 @@ def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path,
     assert "ok     hilo_distill" in text and "10.0 min" in text and "FAILED report" in text and "total 10.5 min" in text
 
 
-def test_the_readme_claims_block_is_the_committed_claims_table():
+@pytest.mark.parametrize("block", ["claims", "claims-real"])
+def test_the_readme_claims_blocks_are_the_committed_claims_tables(block):
     from pathlib import Path
 
-    from harness.report.brief import claims_path, readme_block
+    from harness.report.brief import BLOCKS, readme_block
 
     root = Path(__file__).resolve().parents[2]
-    expected = markdown(short_frame(pd.read_csv(claims_path(root / "results"))))
-    assert readme_block((root / "README.md").read_text()) == expected, \
-        "README.md's claims differ from results/tables/claims.csv: python -m harness.report.brief --readme README.md"
+    expected = markdown(short_frame(pd.read_csv(root / BLOCKS[block])))
+    assert readme_block((root / "README.md").read_text(), block) == expected, \
+        (f"README.md's {block} block differs from {BLOCKS[block]}: python -m harness.report.brief "
+         f"--claims {BLOCKS[block]} --readme README.md --block {block}")
 
 
 def test_rewrite_readme_replaces_only_the_block(tmp_path):
@@ -70,6 +73,10 @@ def test_rewrite_readme_replaces_only_the_block(tmp_path):
     rewrite_readme(path, "| new |\n|---|")
     assert path.read_text() == "intro\n<!-- claims:begin (cmd) -->\n| new |\n|---|\n<!-- claims:end -->\noutro\n"
     assert readme_block(path.read_text()) == "| new |\n|---|"
+    path.write_text("<!-- claims:begin -->\n| a |\n<!-- claims:end -->\n<!-- claims-real:begin (c) -->\n| a |\n"
+                    "<!-- claims-real:end -->\n")
+    rewrite_readme(path, "| b |", "claims-real")                # same table in both: only the named one changes
+    assert readme_block(path.read_text()) == "| a |" and readme_block(path.read_text(), "claims-real") == "| b |"
 
 
 def test_the_horizon_is_shortened_to_what_tells_verdicts_apart():
