@@ -78,8 +78,9 @@ STEPS = (
          "quality at 10 Mbit/s, time at 10 and 5 Mbit/s, 3 seeds (44.3 min)",
          quick=("seeds=[0]", "only=[full_sync_10mbit,hilo_spar_10mbit]")),
     Step("compress_real", (PY, "-m", "harness.compress.bench", "--model", "smollm2", "--rank", "16,8,64", "--seeds",
-                           "0,1,2", "--steps", "12", "--train-threads", "2", "--csv", "results/tables/compress_real.csv",
-                           "--plot", "results/plots/spar_ranks_real.png"),
+                           "0,1,2", "--steps", "12", "--train-threads", "2",
+                           "--csv", f"{REAL_RESULTS}/tables/compress_real.csv",
+                           "--plot", f"{REAL_RESULTS}/plots/spar_ranks_real.png"),
          "compressors on SmolLM2-135M's LoRA gradients (the chat SFT task) at r=16, 8, 64 and 0.5/1.6/5%, 3 seeds, "
          "one process (10.9 min)"),
     REPORT_REAL,

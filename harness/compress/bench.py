@@ -6,7 +6,7 @@
     python -m harness.compress.bench --allocations --model tiny,wide --seeds 0,1,2 \
         --csv results/tables/spar_allocation.csv      # Spar's allocation ablation (below)
     python -m harness.compress.bench --model smollm2 --rank 16,8,64 --seeds 0,1,2 --steps 12 \
-        --csv results/tables/compress_real.csv --plot results/plots/spar_ranks_real.png   # a real LM
+        --csv results/real/tables/compress_real.csv --plot results/real/plots/spar_ranks_real.png   # a real LM
 
 The parts, one module each:
   harness.compress.bench_gradients   the bench's own model and the model presets' gradient streams ("Gradients")

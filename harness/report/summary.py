@@ -414,6 +414,52 @@ def compress_section(results_dir: Path) -> list[str]:
     return out
 
 
+def _interval(mean_col: str, low_col: str, high_col: str):
+    def cell(r) -> str:
+        m, lo, hi = r[mean_col], r[low_col], r[high_col]
+        return DASH if _nan(m) else fmt_q(m) if _nan(lo) else f"{fmt_q(m)} [{fmt_q(lo)}, {fmt_q(hi)}]"
+    cell.whole_row = True
+    return cell
+
+
+def compress_seeds_section(results_dir: Path) -> list[str]:
+    """summary.md's compressor table over seeds, from each ``tables/compress_*_summary.csv``
+    (``python -m harness.compress.bench --seeds ...``, harness/compress/bench_seeds.py: per row the
+    mean and 95% t-interval over seeds, and err_ef paired against Spar's), with the median encode
+    throughput over seeds from the per-seed ``tables/compress_*.csv`` beside it when present."""
+    out: list[str] = []
+    for csv in sorted((Path(results_dir) / "tables").glob("compress_*_summary.csv")):
+        df = pd.read_csv(csv)
+        if df.empty:
+            continue
+        per_seed = csv.with_name(csv.name.replace("_summary.csv", ".csv"))
+        keys = ["model", "lora_rank", "compressor", "budget"]
+        if per_seed.is_file():
+            raw = pd.read_csv(per_seed)
+            if "enc_mbs" in raw:
+                df = df.merge(raw.groupby(keys, as_index=False)["enc_mbs"].median(), on=keys, how="left")
+        if "enc_mbs" not in df:
+            df["enc_mbs"] = float("nan")
+        seeds = int(df["n"].max())
+        out += [f"## Compressors on the LoRA gradients of {bench_model(df['model'].iloc[0])} (`tables/{csv.name}`)", "",
+                f"One gradient stream per seed ({seeds} seeds), the same stream for every compressor; cells: mean "
+                "[95% t-interval] over seeds. err_1: relative error of one step; err_ef: of the running sum with "
+                "error feedback; minus Spar's: err_ef paired per seed against Spar's at the same rank and budget. "
+                "enc MB/s: median over seeds of fp32 gradient encoded per second, one thread (ratios within one "
+                "run). Rows that do not fit a budget are left out (`powersgd[subset]`: below rank 1 on every "
+                "matrix, so rank 1 on a rotating subset).", ""]
+        for rank, t in df.groupby("lora_rank", sort=False):
+            out += [f"LoRA r={int(rank)}:", "",
+                    markdown_table(t, [("compressor", "compressor", str), ("budget", "budget", lambda v: fmt_pct(v)),
+                                       ("n", "n", lambda v: f"{int(v)}"),
+                                       ("err_1", "err_1", _interval("err_1", "err_1_low", "err_1_high")),
+                                       ("err_ef", "err_ef", _interval("err_ef", "err_ef_low", "err_ef_high")),
+                                       ("err_ef minus Spar's", "vs_spar_err_ef",
+                                        _interval("vs_spar_err_ef", "vs_spar_low", "vs_spar_high")),
+                                       ("enc MB/s", "enc_mbs", lambda v: DASH if _nan(v) else f"{v:.0f}")]), ""]
+    return out
+
+
 def _figure_entry(f, results_dir: Path, carries: bool) -> list[str]:
     png = next(p for p in f.paths if p.suffix == ".png")
     claim = f" *Carries: {f.carries}.*" if carries and f.carries else ""
@@ -489,6 +535,7 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
     lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
     lines += extra_sections(tables) + sparsity_section(coll.results_dir) + compress_section(coll.results_dir)
+    lines += compress_seeds_section(coll.results_dir)
     lines += runs_section(coll) + appendix_section(plots, coll.results_dir)
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -154,6 +154,34 @@ def test_units_in_markdown():
     assert (fmt_bytes(16_000), fmt_bytes(1_000_000), fmt_bytes(float("nan"))) == ("16 kB", "1 MB", "–")
 
 
+def test_compress_seeds_section_shows_each_rows_interval_and_the_median_throughput(tmp_path):
+    """summary.md's compressor table over seeds: one table per LoRA rank from tables/compress_*_summary.csv,
+    cells "mean [low, high]", Spar's own paired cell a dash, enc MB/s the median of the per-seed csv."""
+    import pandas as pd
+
+    from harness.report.summary import compress_seeds_section
+
+    assert compress_seeds_section(tmp_path) == []
+    (tmp_path / "tables").mkdir()
+    nan = float("nan")
+    common = dict(model="smollm2", budget=0.016, n=3, bytes=1.0, err_1_low=nan, err_1_high=nan)
+    pd.DataFrame([
+        {**common, "lora_rank": 16, "compressor": "spar", "err_1": 0.5, "err_ef": 0.3, "err_ef_low": 0.25,
+         "err_ef_high": 0.35, "vs_spar_err_ef": nan, "vs_spar_low": nan, "vs_spar_high": nan},
+        {**common, "lora_rank": 16, "compressor": "topk", "err_1": 0.6, "err_ef": 0.5, "err_ef_low": 0.3,
+         "err_ef_high": 0.7, "vs_spar_err_ef": 0.2, "vs_spar_low": 0.05, "vs_spar_high": 0.35},
+        {**common, "lora_rank": 8, "compressor": "spar", "err_1": 0.6, "err_ef": 0.4, "err_ef_low": 0.3,
+         "err_ef_high": 0.5, "vs_spar_err_ef": nan, "vs_spar_low": nan, "vs_spar_high": nan},
+    ]).to_csv(tmp_path / "tables" / "compress_real_summary.csv", index=False)
+    pd.DataFrame([{"model": "smollm2", "lora_rank": 16, "compressor": "spar", "budget": 0.016, "seed": s,
+                   "enc_mbs": v} for s, v in enumerate([600.0, 700.0, 650.0])]
+                 ).to_csv(tmp_path / "tables" / "compress_real.csv", index=False)
+    text = "\n".join(compress_seeds_section(tmp_path))
+    assert "| spar | 1.6% | 3 | 0.500 | 0.300 [0.250, 0.350] | – | 650 |" in text      # median of 600, 700, 650
+    assert "| topk | 1.6% | 3 | 0.600 | 0.500 [0.300, 0.700] | 0.200 [0.050, 0.350] | – |" in text
+    assert text.index("LoRA r=16:") < text.index("LoRA r=8:") and "(3 seeds)" in text
+
+
 def test_compress_section_reads_the_wide_compressor_table(tmp_path):
     """summary.md's "Compressors at LLM shapes": one table per model from tables/compress_wide.csv,
     bytes used as a share of the adapter, inapplicable rows (no error) named, not tabulated."""
