@@ -71,6 +71,24 @@ def stop_idle_helpers() -> None:
         tqdm_std.tqdm.monitor = None
 
 
+def private_tqdm_lock() -> None:
+    """Give tqdm a lock of this process's own (call it in a forked child). tqdm's default write lock
+    holds a multiprocessing RLock, a semaphore that a forked child shares with its launcher: a role
+    that ends (os._exit) while one of its threads holds it (transformers' "Loading weights" bar, or
+    tqdm's monitor thread waking every 10 s) leaves it taken for good, and the launcher's next bar
+    waits forever (seen once: a beside-two-`yes`-loops run of the suite hung in supervise.watch)."""
+    tqdm_std = sys.modules.get("tqdm.std")
+    if tqdm_std is None:
+        return
+    lock = threading.RLock()
+    pending = [tqdm_std.tqdm]
+    while pending:
+        cls = pending.pop()
+        if cls is tqdm_std.tqdm or "_lock" in vars(cls):
+            cls._lock = lock
+        pending.extend(cls.__subclasses__())
+
+
 def fork_unsafe_reason() -> str:
     """Why this process must not fork role children ("" when it may)."""
     torch = sys.modules.get("torch")
@@ -152,6 +170,7 @@ def _child(parent: int, argv: list[str], env: dict[str, str], log_path: Path, be
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)     # as the interpreter sets it at start-up
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    private_tqdm_lock()
     _redirect(log_path, keep=beat_fd)
     if netns is not None:
         _enter(libc, netns)

@@ -76,3 +76,29 @@ def test_a_finished_progress_bar_does_not_keep_the_launcher_from_forking(monkeyp
     spawn.stop_idle_helpers()
     assert not monitor.is_alive() and spawn.fork_unsafe_reason() == ""
     bar.close()
+
+
+def test_a_forked_role_that_dies_holding_tqdms_lock_does_not_block_the_launcher():
+    """tqdm's default lock is a semaphore shared across fork: a child that takes it and ends with
+    os._exit left it taken, and the launcher's next progress bar waited forever. private_tqdm_lock
+    (what a forked role calls first) gives the child its own lock."""
+    import os
+
+    from tqdm import tqdm
+    from tqdm.std import TqdmDefaultWriteLock
+
+    from harness.cluster.spawn import private_tqdm_lock
+
+    tqdm.get_lock()                                       # the shared lock exists before the fork
+    pid = os.fork()
+    if pid == 0:
+        try:
+            private_tqdm_lock()
+            tqdm.get_lock().acquire()                     # and never released: the role just ends
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    shared = TqdmDefaultWriteLock.mp_lock                 # the semaphore (None where none could be made)
+    assert shared is None or shared.acquire(timeout=10), "the launcher's tqdm lock was left taken by the dead child"
+    if shared is not None:
+        shared.release()
