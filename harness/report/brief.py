@@ -169,24 +169,25 @@ def _markers(block: str) -> tuple[str, str]:
     return f"<!-- {block}:begin", f"<!-- {block}:end -->"
 
 
-def readme_block(text: str, block: str = "claims") -> str:
-    """The table between the README's markers of ``block`` (the marker lines excluded)."""
-    begin, end = _markers(block)
-    head, _, rest = text.partition(begin)
-    if not rest or end not in rest:
-        raise ValueError(f"no {begin} ... {end} block")
-    return rest.split("\n", 1)[1].split(end, 1)[0].rstrip("\n")
-
-
-def rewrite_readme(path: Path, table: str, block: str = "claims") -> None:
-    text = path.read_text(encoding="utf-8")
+def _split(text: str, block: str) -> tuple[str, str, str]:
+    """(everything up to and including the begin marker's line, the table, the end marker and after)."""
     begin, end = _markers(block)
     head, _, rest = text.partition(begin)
     if not rest or end not in rest:
         raise ValueError(f"no {begin} ... {end} block")
     marker_line, body = rest.split("\n", 1)
-    tail = body.split(end, 1)[1]
-    path.write_text(f"{head}{begin}{marker_line}\n{table.rstrip(chr(10))}\n{end}{tail}", encoding="utf-8")
+    table, tail = body.split(end, 1)
+    return f"{head}{begin}{marker_line}\n", table.rstrip("\n"), f"{end}{tail}"
+
+
+def readme_block(text: str, block: str = "claims") -> str:
+    """The table between the README's markers of ``block`` (the marker lines excluded)."""
+    return _split(text, block)[1]
+
+
+def rewrite_readme(path: Path, table: str, block: str = "claims") -> None:
+    head, _, tail = _split(path.read_text(encoding="utf-8"), block)
+    path.write_text(f"{head}{table.rstrip(chr(10))}\n{tail}", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

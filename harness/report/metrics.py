@@ -365,25 +365,17 @@ def _from_base(curve: pd.DataFrame, q0: float) -> pd.DataFrame:
     return pd.concat([start, curve], ignore_index=True)
 
 
-def _same_base(frame: pd.DataFrame, r: str, b: int) -> bool:
-    if "base_sha256" not in frame:
-        return True
-    mine = frame.loc[frame["run_id"] == r, "base_sha256"].iloc[0]
-    theirs = frame.at[b, "base_sha256"]
-    return not (mine == mine and theirs == theirs) or mine == theirs
-
-
 def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFrame]) -> None:
     """The equal-updates slope and the equal-wall-clock columns of every run (module docstring)."""
     frame["final_slope"] = [final_slope(curves[r]) for r in frame["run_id"]]
     eq, kept, t95, vs = [], [], [], []
-    for r, b in zip(frame["run_id"], base):
+    for r, b, sha in zip(frame["run_id"], base, frame["base_sha256"]):
         if b < 0:
             eq.append(np.nan), kept.append(np.nan), t95.append(np.nan), vs.append(np.nan)
             continue
         mine, full = curves[r], curves[frame.at[b, "run_id"]]
-        q0 = frame.at[b, "base_quality"] if "base_quality" in frame else np.nan
-        if q0 == q0 and _same_base(frame, r, b):        # both start from the base policy measured at t=0
+        q0 = frame.at[b, "base_quality"]
+        if q0 == q0 and sha == frame.at[b, "base_sha256"]:   # both start from the base policy measured at t=0
             mine, full = _from_base(mine, q0), _from_base(full, q0)
         t = min(_end_time(mine), _end_time(full))
         q_full = quality_at_time(full, t)
