@@ -32,7 +32,7 @@ test-fast: $(STAMP)  ## the pure and composed tiers only: no namespaces, no role
 bench: $(STAMP)  ## the real-model reference (hilo_real, compress_real): results/real/summary.md, tables, plots
 	$(PY) -m harness.bench
 
-report: $(STAMP)  ## rebuild tables and plots from results/runs
+report: $(STAMP)  ## your report: outputs/runs -> outputs/summary.md, tables, plots (never the committed results/)
 	$(PY) -m harness.report
 
 gpu-check: $(STAMP)  ## smoke_hilo + smoke_spra with each role on its own GPU (< 5 min; skips without a GPU)

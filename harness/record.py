@@ -1,6 +1,6 @@
 """Tidy rows and run metadata, written as the run goes so that a crash loses nothing.
 
-Layout of one run (``results/runs/<scenario>/<run_id>/``):
+Layout of one run (``<out_dir>/<scenario>/<run_id>/``, out_dir ``outputs/runs`` by default):
 
     run.json                 resolved config, commit, versions, kernel, backend, status
     rows/<role>-<seq>.parquet  append-only part files, one per flush, never rewritten

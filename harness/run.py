@@ -1,6 +1,6 @@
 """Run a scenario: compose each variant, plan it (harness.plan.build_plan), launch the cluster, record the run.
 
-One run = one resolved config = one directory ``results/runs/<scenario>/<run_id>/``.
+One run = one resolved config = one directory ``<out_dir>/<scenario>/<run_id>/`` (out_dir: outputs/runs by default; the references' runs: results/runs, results/real/runs).
 The run id is ``<variant>-s<seed>-<hash>``, the hash of the resolved config (run-control keys
 left out), so re-running the same config finds its directory: a complete (``ok``) run
 is skipped when ``resume=true``, an incomplete one is moved aside as ``<id>.attempt<N>``

@@ -19,9 +19,9 @@ from harness.validate import GROUPS, group_options
 
 HELP_FLAGS = ("--help", "-h")
 COMMANDS = (
-    ("make bench", "the reference reproductions -> results/summary.md, tables, plots"),
+    ("make bench", "the real-model reference -> results/real/summary.md, tables, plots"),
     ("python -m harness.bench --list", "the bench's steps; --quick, --full, --only NAME ..."),
-    ("python -m harness.report", "rebuild tables, claims and plots from results/runs"),
+    ("python -m harness.report", "tables, claims and plots of your runs: outputs/runs -> outputs/summary.md"),
     ("python -m harness.tune scenario=NAME", "tune a scenario's learning rates on its validation split"),
     ("python -m harness.sizes --preset llama3-8b --rank 64", "bytes and link time per method at real shapes"),
     ("python -m netem check | probe | clean", "what this kernel can shape; measure a link; remove leftovers"),

@@ -220,7 +220,7 @@ class Config:
     variant: str = "default"
     seed: int = 0
     seeds: List[int] = field(default_factory=list)  # run every variant at each of these seeds ([]: just `seed`); seed=N on the command line wins
-    out_dir: str = "results/runs"
+    out_dir: str = "outputs/runs"    # your runs (git-ignored); the references' runs: results/runs, results/real/runs (make bench)
     run_id: Optional[str] = None     # None: derived from scenario, variant and a content hash
     resume: bool = True              # skip a run whose results are complete
     progress: bool = True

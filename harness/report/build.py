@@ -89,19 +89,29 @@ def prune_stale(plots_dir: Path, made: list[Path]) -> list[Path]:
     return stale
 
 
-def build_report(results_dir: Path | str = "results", *, progress: bool = False,
-                 command: str | None = None) -> dict[str, Any]:
-    """Build every table, plot and summary.md from ``results_dir``; returns what was made.
+def build_report(results_dir: Path | str = "outputs", *, progress: bool = False, command: str | None = None,
+                 out: Path | str | None = None, reference: bool = False) -> dict[str, Any]:
+    """Build every table, plot and summary.md from the runs under ``results_dir/runs`` into ``out``
+    (default ``results_dir``); returns what was made. A folder holding a committed reference is
+    written only with ``reference=True``, and then only from its complete reference runs
+    (harness/report/reference.py); otherwise a ConfigError before any file is written.
 
     Returned keys: ``summary`` (Path), ``tables`` (name -> DataFrame), ``csv`` (written
     paths), ``plots`` (written paths), ``skipped`` ((plot, reason) list), ``excluded``
     ((scenario/run_id, status, reason) list), ``runs`` and ``ok_runs`` (counts), ``backends``.
     """
+    from harness.report.reference import guard_output, load_manifest, select_reference
+
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise FileNotFoundError(f"--results: {str(results_dir)!r} is not a directory; "
-                                "point it at the folder holding runs/ (default: results)")
-    coll = collect(results_dir)
+                                "point it at the folder holding runs/ (default: outputs)")
+    out_dir = Path(out) if out is not None else results_dir
+    guard_output(out_dir, reference)
+    coll = collect(out_dir, runs_from=results_dir)
+    if reference:
+        coll = select_reference(coll, load_manifest(out_dir))
+    results_dir = out_dir
     tables = build_tables(coll)
     csv = write_tables(tables, results_dir / "tables")
     claims, cross = claims_frame(tables), crossover_frame(tables)

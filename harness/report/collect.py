@@ -267,10 +267,11 @@ def run_dirs(results_dir: Path) -> list[Path]:
     return sorted(found)
 
 
-def collect(results_dir: Path | str) -> Collection:
-    """Load every run under ``results_dir/runs``; concatenate the rows of the ok ones."""
+def collect(results_dir: Path | str, runs_from: Path | str | None = None) -> Collection:
+    """Load every run under ``runs_from/runs`` (default ``results_dir``); concatenate the rows of the ok
+    ones. ``results_dir`` is the folder the report reads its extra tables from and writes into."""
     results_dir = Path(results_dir)
-    runs = [_load_run(d) for d in run_dirs(results_dir)]
+    runs = [_load_run(d) for d in run_dirs(Path(runs_from) if runs_from is not None else results_dir)]
     frames = []
     for r in runs:
         if r.ok:

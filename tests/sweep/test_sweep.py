@@ -61,7 +61,8 @@ def test_results_runs_and_hydra_are_gitignored():
     root = project_root()
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
-    for path in ("results/runs/x/y/run.json", "results/hydra/multirun/2026-01-01_00-00-00/0"):
+    for path in ("outputs/runs/x/y/run.json", "outputs/summary.md", "results/runs/x/y/run.json",
+                 "results/hydra/multirun/2026-01-01_00-00-00/0"):
         out = subprocess.run(["git", "check-ignore", "-q", path], cwd=root, timeout=30)
         assert out.returncode == 0, f"{path} is not ignored by .gitignore (a sweep would litter git status)"
 
