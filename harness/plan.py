@@ -24,6 +24,7 @@ the trace's time-mean rate over one period and the rows get a ``trace`` column (
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -134,6 +135,8 @@ def build_plan(cfg: Any) -> RunPlan:
         from harness.onpolicy.setup import plan_from_cfg
 
         onpolicy = plan_from_cfg(plain)
+        if onpolicy.compressor is not None:
+            check_compressor_budget(onpolicy.compressor, plain["model"], onpolicy.training_rank)
     else:
         from harness.federated.settings import from_cfg
 
@@ -198,6 +201,57 @@ def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind, clients: int
         from harness.tasks import build_federated
 
         build_federated(task, tokenizer, clients or int(cfg["federated"]["clients"]), int(cfg["seed"]))   # data split
+
+
+def check_compressor_budget(comp: Any, model_cfg: Mapping[str, Any], rank: int) -> None:
+    """Dry-encode the run's compressor (a CompressorPlan) over gradients shaped like the adapter it will
+    ship (every LoRA A and B of ``model.targets`` at ``rank``, peft's names, so the payload's header is
+    the real one): a budget the compressor cannot hold (header, quant's 1-bit floor, a fixed rank or
+    topk, DeMo's one coefficient per chunk) is one ConfigError here, before any role exists. Byte
+    counts depend on shapes and options, not on values, so seeded normal values stand in for a
+    gradient. Cached per (compressor, model, rank) in this process: a scenario's seeds share one."""
+    import json
+
+    key = json.dumps([comp.__dict__, dict(model_cfg), rank], sort_keys=True, default=str)
+    error = _dry_encode(key)
+    if error:
+        raise ConfigError(error)
+
+
+@functools.lru_cache(maxsize=64)
+def _dry_encode(key: str) -> str | None:
+    """The dry encode behind :func:`check_compressor_budget` (its JSON key in, the error line or None out)."""
+    import json
+
+    import torch
+
+    from harness.compress import CompressorError
+    from harness.onpolicy.setup import CompressorPlan
+
+    comp_fields, model_cfg, rank = json.loads(key)
+    g = torch.Generator().manual_seed(0)
+    grads = {name: torch.randn(shape, generator=g) for name, shape in adapter_shapes(model_cfg, rank).items()}
+    try:
+        CompressorPlan(**comp_fields).build().encode(grads, step=0)
+    except CompressorError as err:
+        return f"{str(err).splitlines()[0]} (the dry encode of the {rank}-rank adapter's " \
+               f"{sum(t.numel() for t in grads.values())} gradient elements)"
+    return None
+
+
+def adapter_shapes(model_cfg: Mapping[str, Any], rank: int) -> dict[str, tuple[int, int]]:
+    """peft's name -> shape of every trainable LoRA tensor (A: rank x d_in, B: d_out x rank) on
+    ``model.targets``, in module order, from the model's meta-device skeleton (no weights)."""
+    from harness.tasks.targets import adaptable_layers, resolve_targets, skeleton
+
+    model = skeleton(model_cfg)
+    chosen = resolve_targets(model, model_cfg.get("targets"))
+    shapes: dict[str, tuple[int, int]] = {}
+    for name, (d_in, d_out) in adaptable_layers(model).items():
+        if name.split(".")[-1] in chosen:
+            shapes[f"base_model.model.{name}.lora_A.default.weight"] = (rank, d_in)
+            shapes[f"base_model.model.{name}.lora_B.default.weight"] = (d_out, rank)
+    return shapes
 
 
 def _link(node: Mapping[str, Any], rate: Any, prefix: str, side: str) -> LinkSpec:

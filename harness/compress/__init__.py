@@ -6,7 +6,8 @@
     data = payload.to_bytes()                                  # what the transport sends
     grads = comp.decode(Payload.from_bytes(data))              # float32, original shapes
 
-Names: identity, spar, powersgd, topk, randk, quant (the `compressor` config group's names).
+Names: identity, spar, powersgd, topk, randk, quant, demo (the `compressor` config group's names;
+``NAMES`` is what discovery found in this package, ``WIRE_IDS`` each one's payload id).
 Options common to all: budget (fraction of bf16 bytes, 0 < b <= 1), budget_bytes (absolute,
 wins), dtype (wire dtype), seed; error_feedback=True wraps the result in ErrorFeedback.
 Compressor-specific options (the config's `compressor.options`):
@@ -27,12 +28,7 @@ import torch
 
 from harness.compress.base import BaseCompressor, Compressor, CompressorError
 from harness.compress.feedback import ErrorFeedback
-from harness.compress.identity import Identity
-from harness.compress.payload import Payload, PayloadError
-from harness.compress.powersgd import PowerSGD
-from harness.compress.quant import Quant
-from harness.compress.sparsify import RandK, TopK
-from harness.compress.spar import Spar
+from harness.compress.payload import COMPRESSOR_IDS, Payload, PayloadError
 
 # modules of this package that are entry points (the bench and its parts), not compressors
 _NOT_COMPRESSORS = ("bench", "bench_gradients", "bench_real", "bench_table", "bench_ranks", "bench_allocation", "bench_seeds", "__main__")
@@ -41,8 +37,10 @@ _NOT_COMPRESSORS = ("bench", "bench_gradients", "bench_real", "bench_table", "be
 def _discover() -> dict[str, type[BaseCompressor]]:
     """Every named BaseCompressor subclass defined in this package's modules.
 
-    A new compressor is one new module here (a BaseCompressor subclass with a ``name``) plus
-    one file conf/compressor/<name>.yaml; nothing else is edited (docs/interfaces.md).
+    A new compressor is one new module here (a BaseCompressor subclass with a ``name`` and a
+    ``wire_id``) plus one file conf/compressor/<name>.yaml; nothing else is edited
+    (docs/interfaces.md). Defining the class registers its wire id (a taken id or name fails
+    the import with one line naming both classes).
     """
     import importlib
     import pkgutil
@@ -61,8 +59,8 @@ def _discover() -> dict[str, type[BaseCompressor]]:
 
 
 REGISTRY: dict[str, type[BaseCompressor]] = _discover()
-assert {Identity, Spar, PowerSGD, TopK, RandK, Quant} <= set(REGISTRY.values())
 NAMES = tuple(sorted(REGISTRY))
+WIRE_IDS: dict[str, int] = {name: COMPRESSOR_IDS[name] for name in NAMES}   # name -> the payload's compressor byte
 
 __all__ = ["NAMES", "Compressor", "CompressorError", "ErrorFeedback", "Payload", "PayloadError", "build",
            "build_from_config", "decode"]

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from harness.compress.payload import Payload, PayloadError, TensorEntry, dtype_name
+from harness.compress.payload import Payload, PayloadError, TensorEntry, dtype_name, register_wire_id
 from harness.seeds import derive
 
 FLOAT_WIRE_DTYPES = ("bf16", "fp16", "fp32")
@@ -64,9 +64,20 @@ class BaseCompressor:
     Subclasses receive float32 tensors on their original device (`_encode`) and return float32
     CPU tensors with the original shapes (`_decode`).
     """
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = ""               # the config group's name (conf/compressor/<name>.yaml)
+    wire_id: ClassVar[int | None] = None   # the payload preamble's compressor byte: unique, never reused
     lossy: ClassVar[bool] = True
     dtypes: ClassVar[tuple[str, ...]] = WIRE_DTYPES
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that names itself registers its wire id (harness.compress.payload.register_wire_id);
+        a named class without one, or with another's, fails at its definition (class creation)."""
+        super().__init_subclass__(**kwargs)
+        if isinstance(cls.__dict__.get("name"), str) and cls.__dict__["name"]:
+            if "wire_id" not in cls.__dict__:
+                raise TypeError(f"{cls.__module__}.{cls.__qualname__}: a compressor declares its wire id "
+                                f"(wire_id = <an integer 0..255 no other compressor uses>) beside name = {cls.name!r}")
+            register_wire_id(cls.name, cls.wire_id, f"{cls.__module__}.{cls.__qualname__}")
 
     def __init__(self, *, budget: float | None = None, budget_bytes: int | None = None,
                  dtype: str = "bf16", seed: int = 0) -> None:

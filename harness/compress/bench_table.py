@@ -37,9 +37,10 @@ VARIANTS: dict[str, dict] = {     # label -> build options (budget added per row
     "topk": {"name": "topk"},
     "randk": {"name": "randk"},
     "quant": {"name": "quant", "dtype": "fp32"},
+    "demo": {"name": "demo"},           # DeMo's DCT top-k per 64 x 64 chunk, k fitted to the budget
 }
-PRESET_VARIANTS = ("spar", "spar-int8", "powersgd", "powersgd-r1", "topk", "randk", "quant")   # --model presets
-REAL_VARIANTS = ("spar", "powersgd", "powersgd-k1", "powersgd-k2", "powersgd-k4", "topk", "randk", "quant")
+PRESET_VARIANTS = ("spar", "spar-int8", "powersgd", "powersgd-r1", "topk", "randk", "quant", "demo")   # --model presets
+REAL_VARIANTS = ("spar", "powersgd", "powersgd-k1", "powersgd-k2", "powersgd-k4", "topk", "randk", "quant", "demo")
 
 
 @dataclass

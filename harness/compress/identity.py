@@ -32,6 +32,7 @@ def dense_decode(record: Record, entry: TensorEntry, dtype: str) -> torch.Tensor
 class Identity(BaseCompressor):
     """Dense tensors in `dtype` (fp32 | bf16 | fp16)."""
     name = "identity"
+    wire_id = 0
     lossy = False
     dtypes = FLOAT_WIRE_DTYPES
 

@@ -41,9 +41,12 @@ _RECORD = struct.Struct("<BIB")
 _LEN = struct.Struct("<I")
 PREAMBLE_NBYTES = _PREAMBLE.size  # 32
 
-# Stable ids on the wire: never renumber, only append.
-COMPRESSOR_IDS = {"identity": 0, "spar": 1, "powersgd": 2, "topk": 3, "randk": 4, "quant": 5}
-COMPRESSOR_NAMES = {v: k for k, v in COMPRESSOR_IDS.items()}
+# The compressor id byte of the preamble: each compressor class declares its own (``wire_id`` on
+# the class, harness/compress/base.py) and registers it here when the class is defined. An id once
+# shipped is never reused or renumbered (tests/compress/test_wire_ids.py pins the shipped ones).
+COMPRESSOR_IDS: dict[str, int] = {}          # compressor name -> wire id
+COMPRESSOR_NAMES: dict[int, str] = {}        # wire id -> compressor name
+_OWNERS: dict[str, str] = {}                 # compressor name -> "module.Class" that declared it
 
 # Wire dtypes by name: (torch dtype, bytes per element).
 DTYPES: dict[str, torch.dtype] = {
@@ -56,6 +59,25 @@ DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 class PayloadError(ValueError):
     """A payload that is corrupt, truncated, or made by another compressor/version."""
+
+
+def register_wire_id(name: str, wire_id: int, owner: str) -> None:
+    """Give compressor ``name`` the preamble id ``wire_id`` (0..255), declared by class ``owner``
+    ("module.Class"). Raises ValueError when another class already holds the name or the id (a
+    class defined again under the same qualified name, e.g. a reloaded module, replaces itself)."""
+    if isinstance(wire_id, bool) or not isinstance(wire_id, int) or not 0 <= wire_id <= 255:
+        raise ValueError(f"{owner}.wire_id: {wire_id!r} is not allowed; declare an integer 0..255 that no other "
+                         f"compressor uses (taken: {', '.join(f'{n}={i}' for n, i in sorted(COMPRESSOR_IDS.items()))})")
+    holder = COMPRESSOR_NAMES.get(wire_id)
+    if holder is not None and holder != name:
+        raise ValueError(f"{owner}.wire_id: {wire_id} is taken by compressor {holder!r} ({_OWNERS[holder]}); "
+                         f"choose a free id (taken: {', '.join(str(i) for i in sorted(COMPRESSOR_NAMES))})")
+    if name in _OWNERS and _OWNERS[name] != owner:
+        raise ValueError(f"{owner}.name: {name!r} is taken by {_OWNERS[name]}; compressor names are unique")
+    old = COMPRESSOR_IDS.get(name)
+    if old is not None and old != wire_id:
+        del COMPRESSOR_NAMES[old]
+    COMPRESSOR_IDS[name], COMPRESSOR_NAMES[wire_id], _OWNERS[name] = wire_id, name, owner
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -35,6 +35,7 @@ def orthogonalize(x: torch.Tensor) -> torch.Tensor:
 class PowerSGD(BaseCompressor):
     """Rank-k power iteration compressor with per-tensor warm start."""
     name = "powersgd"
+    wire_id = 2
     dtypes = FLOAT_WIRE_DTYPES + ("int8",)
 
     def __init__(self, *, budget: float | None = None, budget_bytes: int | None = None, dtype: str = "bf16",

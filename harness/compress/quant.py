@@ -50,6 +50,7 @@ def unpack(data: torch.Tensor, bits: int, count: int) -> torch.Tensor:
 class Quant(BaseCompressor):
     """b-bit quantiser; lower bits => fewer bytes, coarser values."""
     name = "quant"
+    wire_id = 5
     dtypes = FLOAT_WIRE_DTYPES
 
     def __init__(self, *, budget: float | None = None, budget_bytes: int | None = None, dtype: str = "fp32",

@@ -160,6 +160,7 @@ def decode_factored(payload: Payload) -> dict[str, torch.Tensor]:
 class Spar(BaseCompressor):
     """Budget-aware spectral compressor; lower budget => fewer triplets shipped."""
     name = "spar"
+    wire_id = 1
     dtypes = WIRE_DTYPES
 
     def __init__(self, *, budget: float | None = None, budget_bytes: int | None = None, dtype: str = "bf16",

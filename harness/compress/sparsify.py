@@ -33,6 +33,7 @@ def index_dtype(numel: int) -> str:
 class TopK(BaseCompressor):
     """Largest |g| over all tensors under the budget; values + indices."""
     name = "topk"
+    wire_id = 3
     dtypes = FLOAT_WIRE_DTYPES
 
     def _encode(self, tensors: dict[str, torch.Tensor], entries: list[TensorEntry], step: int,
@@ -108,6 +109,7 @@ def random_indices(seed: int, step: int, name: str, numel: int, k: int) -> torch
 class RandK(BaseCompressor):
     """k random elements per tensor from a shared seed; no index bytes."""
     name = "randk"
+    wire_id = 4
     dtypes = FLOAT_WIRE_DTYPES
 
     def __init__(self, *, budget: float | None = None, budget_bytes: int | None = None, dtype: str = "bf16",

@@ -77,6 +77,20 @@ def test_role_side_knobs_fail_in_the_planner(override, key):
     assert str(err.value).startswith(f"{key}:") and "\n" not in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("override, words", [
+    (["compressor=quant", "compressor.budget=0.016"], "below what quant can reach"),
+    (["compressor.budget_bytes=500"], "cannot hold the header"),
+    (["compressor=powersgd", "+compressor.options.rank=64"], "cannot hold rank 64"),
+    (["compressor=demo", "+compressor.options.topk=1000"], "cannot hold topk=1000 coefficients per chunk"),
+])
+def test_a_budget_the_compressor_cannot_hold_fails_in_the_planner(override: list[str], words: str):
+    """The planner dry-encodes the adapter's shapes: what would fail in the learner's first encode fails here."""
+    with pytest.raises(ConfigError) as err:
+        build_plan(variant_cfg(HILO, "hilo_spar", *override))
+    assert str(err.value).startswith("compressor.budget:") and words in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("override, key", [
     ("federated.optimizer=lion", "federated.optimizer"),
     ("method.lr_rule=cubic", "method.lr_rule"),
@@ -95,6 +109,7 @@ def test_federated_knobs_fail_in_the_planner(override, key):
 @pytest.mark.parametrize("override, key", [
     ("task.prompt_batch=1", "task.prompt_batch"),
     ("+compressor.options.bogus=1", "compressor.options"),
+    ("compressor.budget_bytes=500", "compressor.budget"),   # below spar's header (the planner's dry encode)
 ])
 def test_table_overrides_fail_before_anything_exists(override, key, tmp_path, harness_cli):
     code, _, err, seen = harness_cli("scenario=smoke_hilo", "only=[hilo_spar]", override, f"out_dir={tmp_path}")
