@@ -30,7 +30,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.backends import Backend, plays_traces, resolve_backend
+from harness.backends import Backend, backend_of, resolve_backend
 from harness.errors import ClusterError, ConfigError
 from harness.federated.settings import Settings
 from harness.onpolicy.setup import OnPolicyPlan
@@ -152,7 +152,7 @@ def build_plan(cfg: Any) -> RunPlan:
         from harness.cluster.launch import check_roles
 
         check_roles(_specs(roles, placement), ENTRIES[kind.value], backend)     # names, devices, loss vs backend
-        if not plays_traces(backend) and any(r.up.trace or r.down.trace for r in roles):
+        if not backend_of(backend).plays_traces and any(r.up.trace or r.down.trace for r in roles):
             raise ConfigError(f"net.trace: link traces are replayed on the tc/netem (kernel) and model backends, "
                               f"not userspace ({why}); use net.backend=model or run as root")
     except ClusterError as err:

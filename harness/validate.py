@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.backends import BACKENDS, KERNEL_BACKENDS, QDISC, plays_traces
+from harness.backends import BACKENDS, backend_of
 from harness.errors import ConfigError
 from harness.paths import scenario_names
 
@@ -89,8 +89,9 @@ def _check_trace(key: str, value: Any, backend: str) -> None:
         if sides is None or set(sides) - {"up", "down"}:
             raise ConfigError(f"{key}: {value!r} is not a trace; use a file path or shipped name (both directions) "
                               "or a mapping {up: ..., down: ...}")
-    if not plays_traces(backend):
-        raise _allowed(f"net.backend (with {key} set)", backend, [b for b in BACKENDS if plays_traces(b)])
+    if backend != "auto" and not backend_of(backend).plays_traces:
+        raise _allowed(f"net.backend (with {key} set)", backend,
+                       [b for b in BACKENDS if b == "auto" or backend_of(b).plays_traces])
     for side in ("up", "down"):
         name = trace_of(value, side)
         if name is not None:
@@ -103,29 +104,32 @@ def _check_trace(key: str, value: Any, backend: str) -> None:
 def _check_backend(net: Any) -> None:
     """The asked-for backend can run here, and can do every link (loss needs kernel netem).
 
-    ``auto`` is resolved as the run will resolve it (netem.caps.probe().best_backend()).
+    ``auto`` is resolved as the run will resolve it (harness.backends.best_available).
     """
     from netem.caps import may_admin_net, probe
     from netem.shaping import check
     from netem.spec import LinkSpec, LinkSpecError, parse_loss, parse_rate
 
-    if net.backend in KERNEL_BACKENDS and not may_admin_net():
+    from harness.backends import best_available
+
+    asked = backend_of(net.backend) if net.backend != "auto" else None
+    if asked is not None and asked.kernel and not may_admin_net():
         raise ConfigError(f"net.backend: {net.backend!r} needs root (CAP_NET_ADMIN) to create namespaces "
                           "and qdiscs; run as root or use net.backend=userspace (or auto)")
     base = {k: net[k] for k in NODE_KEYS if k != "trace"}
     links = [(f"net.nodes[{i}]", {**base, **{k: v for k, v in dict(node).items() if k != "trace"}})
              for i, node in enumerate(net.nodes)] or [("net", base)]
     lossy = [(key, link["loss"]) for key, link in links if parse_loss(link["loss"], f"{key}.loss") > 0]
-    if not lossy and net.backend not in KERNEL_BACKENDS:
+    if not lossy and not (asked is not None and asked.kernel):
         return
     caps = probe()
-    backend = caps.best_backend() if net.backend == "auto" else net.backend
-    qdisc = QDISC.get(net.backend)
+    backend = best_available(caps) if asked is None else net.backend
+    qdisc = asked.qdisc if asked is not None else None
     if qdisc and not (caps.netns and caps.qdiscs.get(qdisc)):
         why = caps.notes.get(qdisc if caps.netns else "netns", "not found")
         raise ConfigError(f"net.backend: {net.backend!r} needs network namespaces and sch_{qdisc}, which this "
-                          f"machine lacks ({why}); use net.backend=auto (best here: {caps.best_backend()})")
-    if backend not in KERNEL_BACKENDS:          # (reached only with loss > 0 here)
+                          f"machine lacks ({why}); use net.backend=auto (best here: {best_available(caps)})")
+    if not backend_of(backend).drops_packets:          # (reached only with loss > 0 here)
         key, loss = lossy[0]
         raise ConfigError(f"{key}.loss: {loss!r} cannot be emulated on the {backend} backend (only kernel netem "
                           "drops packets); use loss 0% or net.backend=netem on a kernel with sch_netem")

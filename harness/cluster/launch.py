@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.cluster import spawn
-from harness.backends import drops_packets, resolve_backend
+from harness.backends import backend_of, resolve_backend
 from harness.errors import ClusterError
 from harness.wire.links import LinkTable
 from harness.cluster.supervise import RoleProcess, start, stop_all, watch
@@ -90,7 +90,7 @@ def check_roles(roles: list[RoleSpec], entry: str, backend: str) -> None:
             raise ClusterError(f"model.device: {r.device!r} (role {r.name}) is not allowed; use cpu, auto, cuda or cuda:<i>")
         for side in ("up", "down"):
             spec = getattr(r, side)
-            if spec.loss and not drops_packets(backend):
+            if spec.loss and not backend_of(backend).drops_packets:
                 raise ClusterError(f"net loss of {r.name}.{side}: {spec.loss * 100:g}% cannot be emulated on the "
                                    f"{backend} backend (only netem drops packets); use loss 0% or net.backend=netem")
     if len(set(names)) != len(names):
@@ -176,7 +176,7 @@ def _may_fork(entry: str) -> bool:
 
 def _places(roles: list[RoleSpec], backend: str, stack: ExitStack, result: ClusterResult) -> list[dict]:
     """Where each role runs: {prefix, ifname, addr, netns}; builds the topology for kernel backends."""
-    if backend not in ("netem", "tc"):
+    if not backend_of(backend).kernel:
         return [{"prefix": [], "ifname": "lo", "addr": "127.0.0.1", "netns": None} for _ in roles]
     from netem.spec import LinkSpecError
     from netem.topology import NodeSpec, StarTopology, TopologyError
@@ -241,7 +241,7 @@ def _base_env(world_size: int, master_addr: str, master_port: int) -> dict[str, 
 
 def _master_port(backend: str) -> int:
     """A free TCP port (the hub's own namespace is fresh on kernel backends: any port is free there)."""
-    if backend in ("netem", "tc"):
+    if backend_of(backend).kernel:
         return 29500
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

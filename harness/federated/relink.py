@@ -23,6 +23,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from harness.backends import backend_of
 from netem.spec import LinkSpec
 
 _LOCK = threading.Lock()
@@ -61,6 +62,6 @@ def set_qdiscs(netns: str, ifname: str, rank: int, backend: str, up: LinkSpec, d
 def take_link(ctx: Any, link: dict[str, float]) -> None:
     """Executor side: shape this node's link as ``link`` (kernel backends) and use it in the channel."""
     up, down = specs(link)
-    if ctx.backend in ("netem", "tc") and ctx.netns:
+    if backend_of(ctx.backend).kernel and ctx.netns:
         set_qdiscs(ctx.netns, ctx.ifname, ctx.rank, ctx.backend, up, down)
     use_link(ctx.channel, ctx.rank, up, down)

@@ -367,10 +367,18 @@ def extra_sections(tables: Tables) -> list[str]:
                 f"over {len(b)} configurations.", "",
                 markdown_table(b.assign(name=b.apply(_method_name, axis=1)), [
                     ("scenario", "scenario", str), ("method", "name", str), ("rate (Mbit/s)", "rate_mbit", fmt_rate),
-                    ("rank", "rank", str), ("backend", "backend", str), ("vs", "reference_backend", str),
+                    ("rank", "rank", str), ("backend", "backend", backend_words),
+                    ("vs", "reference_backend", backend_words),
                     ("time (s)", "time_s", fmt_s), ("reference (s)", "reference_time_s", fmt_s),
                     ("ratio", "time_ratio", fmt_x)]), ""]
     return out
+
+
+def backend_words(name) -> str:
+    """A backend as the report names it: ``tc (kernel tbf)`` (harness.backends: each backend's label)."""
+    from harness.backends import REGISTRY
+
+    return f"{name} ({REGISTRY[name].label})" if name in REGISTRY else str(name)
 
 
 def bench_model(value) -> str:

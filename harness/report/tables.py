@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.backends import EMULATED
 from harness.report.collect import Collection
 from harness.report.aggregate import STAT_SUFFIXES
 from harness.report.metrics import (FEDERATED_STATS, ONPOLICY_STATS, PHASES, POPULATION_METRICS, federated_runs,
@@ -72,7 +73,6 @@ RUN_KEYS = ["seed", "run_id", "loaded", "rebuilt_base"]
 BACKEND_COLUMNS = ["scenario", "variant", "method", "compressor", "rate_mbit", "rank", "backend",
                    "reference_backend", "time_s", "reference_time_s", "time_ratio", "bytes_ratio"]
 SNR_COLUMNS = ["rank", "snr"]
-EMULATED = ("netem", "tc", "userspace")   # reference backends, best first
 
 
 @dataclass

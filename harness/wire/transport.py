@@ -55,7 +55,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from harness.backends import TRANSPORT_BACKENDS as BACKENDS
+from harness.backends import TRANSPORT_BACKENDS as BACKENDS, backend_of
 from harness.wire.links import Flow, LinkTable, TokenBucket, chunk_bytes, framed_bytes
 
 MAGIC = 0x6E62_7764           # "nbwd"
@@ -123,8 +123,9 @@ class Channel:
         self._wire = wire or GlooWire(group)
         self._sent = [0] * world_size        # next message index to each peer
         self._received = [0] * world_size    # next message index from each peer
-        self._pace = backend == "userspace"
-        self._delay = backend in ("tc", "userspace")
+        self.link = backend_of(backend)      # what carries the bytes: kernel-shaped, paced here, or modelled
+        self._pace = self.link.paces
+        self._delay = self.link.transport_delay
         self._up = self._bucket(links.up[rank].rate_bps)
         self._down = self._bucket(links.down[rank].rate_bps)
 
@@ -231,7 +232,7 @@ class Channel:
                 self._up.take(framed_bytes(piece.numel()))
             self._wait(self._wire.isend(piece, dst), deadline - time.monotonic(),
                        f"sending {nbytes} bytes (#{index}) to rank {dst}")
-        seconds = ideal_s if self.backend == "model" else time.time() - start
+        seconds = ideal_s if self.link.modelled else time.time() - start
         self._on_progress()
         return Transfer(tag, self.rank, dst, nbytes, seconds, ideal_s,
                         self.links.mean_rate_bps(self.rank, dst, start, start + seconds))
@@ -263,7 +264,7 @@ class Channel:
         arrived = time.time()
         sent = sent_ns / 1e9
         ideal_s = ideal_ns / 1e9
-        if self.backend == "model":                 # delays as of the send (the model's clock)
+        if self.link.modelled:                 # delays as of the send (the model's clock)
             delay = self.links.delay_sample_s(self.seed, src, self.rank, index, at=sent)
             seconds = ideal_s + delay - self.links.path_delay_s(src, self.rank, at=sent)
             began = sent
@@ -279,7 +280,7 @@ class Channel:
 
     def _reideal(self, transfer: Transfer, ideal_s: float) -> Transfer:
         """Replace a transfer's ideal (and, on the model backend, its modelled seconds)."""
-        if self.backend == "model":
+        if self.link.modelled:
             return replace(transfer, ideal_s=ideal_s, seconds=transfer.seconds - transfer.ideal_s + ideal_s)
         return replace(transfer, ideal_s=ideal_s)
 

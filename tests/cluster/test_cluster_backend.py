@@ -81,3 +81,18 @@ def test_devices_fall_back_to_cpu_without_gpus():
         assert resolve_device("auto", 3) == f"cuda:{3 % torch.cuda.device_count()}"
     else:
         assert [resolve_device(d, 1) for d in ("cpu", "auto", "cuda", "cuda:1")] == ["cpu"] * 4
+
+
+def test_auto_picks_the_available_backend_of_highest_fidelity_as_the_kernel_probe_ranks_them():
+    """harness.backends.best_available (each backend's class: qdisc, fidelity) agrees with netem.caps for every
+    combination of root, namespaces and qdiscs."""
+    import itertools
+
+    from harness.backends import REGISTRY, best_available
+    from netem.caps import Capabilities
+
+    for root, netns, netem, tbf in itertools.product((False, True), repeat=4):
+        caps = Capabilities(root, netns, "k", {"netem": netem, "tbf": tbf}, {"netns": "probe"})
+        assert best_available(caps) == caps.best_backend()
+        assert [n for n in caps.backends() if n != "model"] == [n for n, b in sorted(
+            REGISTRY.items(), key=lambda kv: -kv[1].fidelity) if b.fidelity and b.missing(caps) is None]
