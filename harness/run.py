@@ -238,7 +238,7 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
     command = "python -m harness " + " ".join(shlex.quote(o) for o in _display(overrides))
     meta = {**run_metadata(cfg, command), "run_id": run_id, "scenario": scenario, "variant": variant,
             "backend": backend, "backend_reason": why, "status": "running", "reason": "",
-            "placement": plan.placement.describe() if plan.placement else None}
+            "placement": plan.placement.describe() if plan.placement else None, "plan": plan.to_dict()}
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_json(run_dir, meta)
     payload = {"cfg": meta["config"], "keys": plan.run_keys(scenario, variant, run_id), "plan": plan.to_dict()}

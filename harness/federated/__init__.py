@@ -5,7 +5,7 @@ settings.py    Settings: every federated knob, checked once by the planner, sent
 server.py      the round loop: select, send, collect (fan-out per client), aggregate, evaluate
 client.py      local training of one client per round, its upload
 party.py       what server and clients build alike: adapter, task, bases, merges
-methods.py     the methods (spra, ffa, fedit, flora, hetlora, flexlora): METHODS registry, build()
+methods/       the methods, one module each (spra+ffa, fedit, flora, hetlora, flexlora): METHODS by discovery, build()
 aggregate.py   pure aggregators over (tensors, weight) lists
 adapter.py     a PeftModel seen as coefficients in a shared basis (what parties exchange)
 projection.py  SPRA's seeded shared projection, merge-and-reset, rank-aware learning rate, checksum

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from harness.federated import population as fpop
-from harness.federated.methods import METHODS
+from harness.federated.methods import METHODS, reference
 from harness.federated.projection import LR_RULES, rank_lr
 from harness.errors import ConfigError
 from harness.seeds import derive
@@ -49,11 +49,12 @@ class Settings:
     prune_lambda: float = 0.0        # hetlora self-pruning: weight of the tail penalty
     population: fpop.PopulationPlan | None = None   # set: `clients` simulated clients run by executors
     aggregation: str = "column"      # spra/ffa: B's column average (column) or sum_k p_k dW_k (product)
+    reference: str = ""              # the method the report compares this run with (the one declaring report_reference)
 
     @property
     def self_prunes(self) -> bool:
         """Clients prune their rank (HetLoRA, pruning.py): only hetlora, and only with gamma < 1."""
-        return self.method == "hetlora" and self.prune_gamma < 1.0
+        return METHODS[self.method].prunes and self.prune_gamma < 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (what the launcher sends the roles inside the RunPlan)."""
@@ -132,15 +133,17 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
     gamma, lam = float(method.get("prune_gamma", 1.0)), float(method.get("prune_lambda", 0.0))
     _need(0 < gamma <= 1, f"method.prune_gamma: {gamma!r} is outside (0, 1] (rank decay factor; 1: never prune)")
     _need(lam >= 0, f"method.prune_lambda: {lam!r} must be >= 0 (weight of the tail penalty)")
-    _need(name == "hetlora" or (gamma == 1.0 and lam == 0.0),
-          f"method.prune_gamma/prune_lambda: {gamma!r}/{lam!r} set for method {name!r}; only hetlora self-prunes "
-          f"(leave them at 1.0/0.0)")
+    pruners = [n for n, cls in METHODS.items() if cls.prunes]
+    _need(METHODS[name].prunes or (gamma == 1.0 and lam == 0.0),
+          f"method.prune_gamma/prune_lambda: {gamma!r}/{lam!r} set for method {name!r}; only {', '.join(pruners)} "
+          f"self-prunes (leave them at 1.0/0.0)")
     aggregation = str(fed.get("aggregation", "column"))
     _need(aggregation in AGGREGATIONS, f"federated.aggregation: {aggregation!r} is not allowed; choose one of "
                                        f"{', '.join(AGGREGATIONS)}")
-    _need(aggregation == "column" or name in ("spra", "ffa"),
+    shared = [n for n, cls in METHODS.items() if cls.seeded_basis]
+    _need(aggregation == "column" or METHODS[name].seeded_basis,
           f"federated.aggregation: product is not allowed with method {name!r}; it is exact in B alone only "
-          f"with a shared A (spra, ffa); column for the others")
+          f"with a shared A ({', '.join(shared)}); column for the others")
     split = cfg["task"].get("eval_split", "test")
     _need(split in ("test", "validation"), f"task.eval_split: {split!r} is not allowed; choose test or validation")
     r_ref = int(fed["r_ref"]) if fed.get("r_ref") else max(ranks)
@@ -155,4 +158,5 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
         isolate_compute=bool(fed.get("isolate_compute", True)), a_variance=a_variance,
         prune_gamma=gamma, prune_lambda=lam, population=population, aggregation=aggregation,
+        reference=reference(),
     )

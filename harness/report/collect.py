@@ -168,7 +168,16 @@ class Run:
                 "sync_dtype": str(method.get("sync_dtype") or ""),
                 "allocation": self.allocation,
                 "steps": float((self.config.get("onpolicy") or {}).get("steps") or "nan") if self.kind == "onpolicy"
-                else float("nan")}
+                else float("nan"),
+                "reference_method": self.reference_method}
+
+    @property
+    def reference_method(self) -> str:
+        """The method this federated run's ratios are taken against, as its plan recorded it in run.json
+        (``plan.federated.reference``: the method declaring ``report_reference``); "" for a run recorded
+        before run.json held the plan (the report then asks harness.federated.methods)."""
+        fed = (self.meta.get("plan") or {}).get("federated") or {}
+        return str(fed.get("reference") or "") if self.kind == "federated" else ""
 
     @property
     def allocation(self) -> str:

@@ -90,6 +90,8 @@ ran), and the server writes one ``population`` row per sampled client and round 
 """
 from __future__ import annotations
 
+import functools
+
 import json
 import math
 from typing import Any, Iterable
@@ -550,10 +552,22 @@ def _ranks_of(rows: pd.DataFrame) -> str:
     return ",".join(str(int(r)) for r in sorted(drawn.unique(), reverse=True)) if len(drawn) else ""
 
 
-def _choose_fedit(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
-    same = _match(configs[configs["method"] == "fedit"], row, ["backend", "scenario", "task", "ranks", "rate_mbit",
-                                                                "delay_ms", "trace", "optimizer", "model"])
-    return _pick_reference(same, row, "fedit")
+def _choose_reference(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
+    """The configuration of the run's reference method (declared by the method, recorded in the run's plan;
+    the ``*_vs_fedit`` columns hold the ratios to it: fedit is the one that declares it)."""
+    recorded = row.get("reference_method")
+    name = recorded if isinstance(recorded, str) and recorded else reference_method()
+    same = _match(configs[configs["method"] == name], row, ["backend", "scenario", "task", "ranks", "rate_mbit",
+                                                             "delay_ms", "trace", "optimizer", "model"])
+    return _pick_reference(same, row, name)
+
+
+@functools.lru_cache(maxsize=1)
+def reference_method() -> str:
+    """The federated reference as the code declares it (for runs whose run.json predates the plan record)."""
+    from harness.federated.methods import reference
+
+    return reference()
 
 
 def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
@@ -575,11 +589,12 @@ def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
                         "resample_every": _first(server, "resample_every"),
                         # the client optimizer (federated.optimizer); a run.json without it predates the key: sgd
                         "optimizer": _first(server, "optimizer", "") or "sgd",
+                        "reference_method": _first(server, "reference_method", ""),
                         **_run_flags(server), **federated_run(run_rows)})
     if not per_run:
         return pd.DataFrame(columns=FEDERATED_KEYS + ["seed", "run_id"])
     frame = pd.DataFrame(per_run)
-    base = pair_with_baseline(frame, FEDERATED_KEYS, _choose_fedit)
+    base = pair_with_baseline(frame, FEDERATED_KEYS, _choose_reference)
     frame["uplink_frac_vs_fedit"] = paired_column(frame, base, "uplink_bytes")
     measure = next((m for m in COMPUTE_MEASURES if m in frame and frame[m].notna().all()), "client_compute_s")
     frame["compute_measure"] = measure

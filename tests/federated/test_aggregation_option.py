@@ -8,7 +8,8 @@ import torch
 from harness.errors import ConfigError
 from harness.federated import aggregate as agg
 from harness.federated.adapter import Target
-from harness.federated.methods import Setup, Spra, Update
+from harness.federated.methods import Setup, Update
+from harness.federated.methods.spra import Spra
 from harness.federated.settings import from_cfg
 from harness.record import read_rows
 

@@ -11,7 +11,8 @@ import torch
 from harness.errors import ConfigError
 from harness.federated import pruning
 from harness.federated.adapter import Target
-from harness.federated.methods import HetLora, Setup, Update
+from harness.federated.methods import Setup, Update
+from harness.federated.methods.hetlora import HetLora
 from harness.federated.settings import from_cfg
 from harness.record import read_rows
 

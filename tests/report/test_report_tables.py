@@ -204,3 +204,20 @@ def test_compress_section_reads_the_wide_compressor_table(tmp_path):
     assert "| spar | 1.6% | 1.60% | 0.65 | 0.54 |" in text          # 372 / 23250 bytes
     assert "| topk | 5.0% | 5.00% | 0.72 | 0.49 |" in text
     assert text.index("wide (LLM shape), adapter") < text.index("small (toy), adapter")   # the claims' model names
+
+
+def test_federated_ratios_are_taken_against_the_reference_each_run_recorded(tmp_path):
+    """The reference method is declared by the method (report_reference) and recorded in run.json's plan;
+    the report pairs with the recorded one, not a name of its own: with ffa recorded, spra's uplink and
+    compute ratios are spra/ffa (1.0), not spra/fedit (0.5, 0.6: test_federated_ratios)."""
+    from harness.federated.methods import METHODS, reference
+    from harness.record import read_run_json, write_run_json
+    from report_synthetic import FEDERATED, write_federated
+
+    assert [n for n, cls in METHODS.items() if cls.report_reference] == [reference()]    # exactly one declares it
+    for spec in FEDERATED[:3]:                                # fedit, ffa, spra
+        run_dir = write_federated(tmp_path, "spra_federated", "tc", spec)
+        write_run_json(run_dir, {**read_run_json(run_dir), "plan": {"federated": {"reference": "ffa"}}})
+    spra = build_tables(collect(tmp_path)).spra.set_index("variant")
+    assert spra.loc["spra", "uplink_frac_vs_fedit"] == pytest.approx(1.0)
+    assert spra.loc["spra", "compute_frac_vs_fedit"] == pytest.approx(1.0)
