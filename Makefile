@@ -36,7 +36,7 @@ report: $(STAMP)  ## your report: outputs/runs -> outputs/summary.md, tables, pl
 	$(PY) -m harness.report
 
 gpu-check: $(STAMP)  ## smoke_hilo + smoke_spra with each role on its own GPU (< 5 min; skips without a GPU)
-	$(PY) -m harness.gpucheck
+	$(PY) -m harness.commands.gpucheck
 
 check-net: $(STAMP)  ## show what this kernel can emulate
 	$(PY) -m netem check

@@ -2,7 +2,7 @@
 
 A ``ConfigError`` message names the key, the value and what is allowed, on one line; the
 app prints it and exits with status 2 before any namespace or process exists (in a multirun
-sweep it raises it again, as that job's failure: harness/__main__.py).
+sweep it raises it again, as that job's failure: harness/commands/app.py).
 """
 from __future__ import annotations
 

@@ -30,10 +30,6 @@ from harness.compress.base import BaseCompressor, Compressor, CompressorError
 from harness.compress.feedback import ErrorFeedback
 from harness.compress.payload import COMPRESSOR_IDS, Payload, PayloadError
 
-# modules of this package that are entry points (the bench and its parts), not compressors
-_NOT_COMPRESSORS = ("bench", "bench_gradients", "bench_real", "bench_table", "bench_ranks", "bench_allocation", "bench_seeds", "__main__")
-
-
 def _discover() -> dict[str, type[BaseCompressor]]:
     """Every named BaseCompressor subclass defined in this package's modules.
 
@@ -45,9 +41,8 @@ def _discover() -> dict[str, type[BaseCompressor]]:
     import importlib
     import pkgutil
 
-    for info in pkgutil.iter_modules(__path__):
-        if info.name not in _NOT_COMPRESSORS:
-            importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.iter_modules(__path__):       # the package holds compressors and their parts only
+        importlib.import_module(f"{__name__}.{info.name}")
     found: dict[str, type[BaseCompressor]] = {}
     todo = list(BaseCompressor.__subclasses__())
     while todo:

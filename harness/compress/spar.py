@@ -26,7 +26,7 @@ values cost no accuracy; the best rank-k approximation for the directions found)
   the matrices that got rank > 0 (one ``eigh`` per shape where the budget buys rank 1
   everywhere). Measured on a 2-core CPU (batch of 8, fp32): 64x256 gram+eigh 2.2 ms vs
   torch.linalg.svd(full_matrices=False) 14 ms; 64x4096 4.2 vs 70 ms.
-- ``svd="svd"``: torch.linalg.svd, the reference (``python -m harness.compress.bench`` times it).
+- ``svd="svd"``: torch.linalg.svd, the reference (``python -m harness.commands.compress_bench`` times it).
 
 Allocation (``allocation``, what the greedy maximises per byte; the bytes and the decoder are the
 same for all three: a worker decodes the same factor pairs whichever chose the ranks):

@@ -14,5 +14,5 @@ codec.py       their sealed byte format (CRC32)
 population.py  a population: N seeded clients (rank, link, availability), K sampled a round, P executors
 pool.py        the population's server and executor loops (an executor takes on a sampled client's identity)
 relink.py      an executor's link set to its client's: qdiscs through pyroute2, the channel's link table
-snr.py         the gradient SNR study (python -m harness.federated.snr), an entry point
+snr.py         the gradient SNR study (python -m harness.commands.snr), an entry point
 """

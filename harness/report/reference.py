@@ -16,7 +16,7 @@ The rules (python -m harness.report):
 - Runs the manifest does not list (another variant, another seed, a user's extra run) and earlier
   runs of a listed key (the latest ok run of each key counts) are left out, each with its reason.
 
-``harness.bench.reference_manifest`` writes the manifest from the bench's steps; a test checks that
+``harness.commands.bench.reference_manifest`` writes the manifest from the bench's steps; a test checks that
 the committed files agree with it.
 """
 from __future__ import annotations

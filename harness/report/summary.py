@@ -397,7 +397,7 @@ def bench_model(value) -> str:
 
 def compress_section(results_dir: Path) -> list[str]:
     """summary.md's compressor comparison at LLM shapes, from ``tables/compress_wide.csv`` when present
-    (``python -m harness.compress.bench --model wide,small --csv ...``, a step of make bench)."""
+    (``python -m harness.commands.compress_bench --model wide,small --csv ...``, a step of make bench)."""
     csv = Path(results_dir) / "tables" / "compress_wide.csv"
     if not csv.is_file():
         return []
@@ -432,7 +432,7 @@ def _interval(mean_col: str, low_col: str, high_col: str):
 
 def compress_seeds_section(results_dir: Path) -> list[str]:
     """summary.md's compressor table over seeds, from each ``tables/compress_*_summary.csv``
-    (``python -m harness.compress.bench --seeds ...``, harness/compress/bench_seeds.py: per row the
+    (``python -m harness.commands.compress_bench --seeds ...``, harness/commands/compress_bench/seeds.py: per row the
     mean and 95% t-interval over seeds, and err_ef paired against Spar's), with the median encode
     throughput over seeds from the per-seed ``tables/compress_*.csv`` beside it when present."""
     out: list[str] = []

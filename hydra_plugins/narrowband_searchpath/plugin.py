@@ -1,7 +1,7 @@
 """Adds the project's ``scenarios/`` folder, and nothing else of the project, to Hydra's search path.
 
 The group is ``scenarios`` (the folder's name); ``python -m harness scenario=NAME`` is
-translated to ``scenarios@_global_=NAME`` by harness.__main__ so that a scenario file
+translated to ``scenarios@_global_=NAME`` by harness.commands.app so that a scenario file
 overrides the whole config (``# @package _global_``).
 
 A group named ``scenarios`` needs a search-path entry at the folder *above* it: the project

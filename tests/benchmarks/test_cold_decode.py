@@ -14,7 +14,8 @@ import time
 import pytest
 import torch
 
-from harness.compress import Payload, bench_gradients, build
+from harness.commands.compress_bench import gradients as bench_gradients
+from harness.compress import Payload, build
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Benchmarks of the compressors on real LoRA gradients (see harness/compress/bench_table.py).
+"""Benchmarks of the compressors on real LoRA gradients (see harness/commands/compress_bench/table.py).
 
     .venv/bin/python -m pytest tests/benchmarks/test_compress.py --benchmark-enable -n 0
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.compress import CompressorError, Payload, build
-from harness.compress import bench_gradients, bench_table
+from harness.commands.compress_bench import gradients as bench_gradients, table as bench_table
 
 # quant's 1-bit floor is ~7% of bf16: it is measured at 10% instead of the three standard budgets
 # (powersgd-r1 has no budget: its native rank-1 cost is in the bench rows, not timed here)

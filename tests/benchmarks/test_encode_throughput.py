@@ -3,7 +3,7 @@
     .venv/bin/python -m pytest tests/benchmarks/test_encode_throughput.py --benchmark-enable -n 0 -s
 
 Shape sets (LoRA r=64 on q,k,v,o,gate,up,down of a Llama-style model):
-  tiny   hidden 128, MLP 256, 2 layers: real gradients (harness.compress.bench_gradients.lora_gradients)
+  tiny   hidden 128, MLP 256, 2 layers: real gradients (harness.commands.compress_bench.gradients.lora_gradients)
   small  hidden 256, MLP 768, 4 layers: real gradients
   wide   hidden 1024, MLP 2048, 2 layers: SYNTHETIC gradients (LLM proportions, r/d = 1/16;
          branch wide's preset was not there): each matrix a rank-8 signal with decaying
@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from harness.compress import Payload, build
-from harness.compress import bench_gradients
+from harness.commands.compress_bench import gradients as bench_gradients
 
 BUDGET = 0.016
 COMPRESSORS = ("spar", "powersgd", "topk")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness import optim
-from harness.compress import bench_gradients
+from harness.commands.compress_bench import gradients as bench_gradients
 
 
 @pytest.fixture(scope="module")

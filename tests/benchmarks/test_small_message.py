@@ -39,7 +39,7 @@ def measure(backend: str, run_dir: Path, repeat: int = REPEAT) -> dict:
     roles += [RoleSpec(f"n{m}mbit", LinkSpec(), LinkSpec(rate_bps=m * 1e6)) for m in RATES_MBIT]
     probes = [{"op": "send", "dst": i + 1, "nbytes": size, "repeat": repeat}
               for i, _ in enumerate(RATES_MBIT) for size in SIZES]
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
                     backend=backend, run_dir=run_dir, hang_timeout_s=120, progress=False)
     assert result.status == "ok", result.reason
     records = json.loads((run_dir / "selftest" / "probe.json").read_text())["records"]

@@ -40,7 +40,7 @@ def measure(backend: str, run_dir: Path, seconds_per_transfer: float = SECONDS_P
     roles += [RoleSpec(f"n{m}mbit", LinkSpec(), LinkSpec(rate_bps=m * 1e6)) for m in RATES_MBIT]
     probes = [{"op": "send", "dst": i + 1, "nbytes": int(m * 1e6 / 8 * seconds_per_transfer), "repeat": repeat}
               for i, m in enumerate(RATES_MBIT)]
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": {"selftest": {"phases": ["probe"], "probes": probes}}},
                     backend=backend, run_dir=run_dir, hang_timeout_s=120, progress=False)
     assert result.status == "ok", result.reason
     records = json.loads((run_dir / "selftest" / "probe.json").read_text())["records"]

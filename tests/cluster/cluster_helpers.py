@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from harness.cluster.launch import RoleSpec
-from harness.cluster.selftest import scatter_size
+from harness.commands.cluster_selftest import scatter_size
 from netem.spec import LinkSpec
 
 OPEN = LinkSpec()
@@ -24,7 +24,7 @@ def outputs(run_dir: Path, name: str) -> dict:
 
 
 def expected_sent(rank: int, world_size: int, nbytes: int) -> int:
-    """Payload bytes that rank `rank` sends in selftest.exchange (see harness/cluster/selftest.py)."""
+    """Payload bytes that rank `rank` sends in selftest.exchange (see harness/commands/cluster_selftest.py)."""
     nodes = range(1, world_size)
     if rank == 0:
         return sum(nbytes + r for r in nodes) + nbytes * len(nodes) + sum(scatter_size(r, nbytes) for r in nodes)

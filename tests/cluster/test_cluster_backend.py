@@ -32,7 +32,7 @@ def test_kernel_backends_without_root_fail_before_anything_is_created(tmp_path, 
     monkeypatch.setattr("netem.caps.probe", lambda refresh=False: caps(False, {}))
     for backend in ("netem", "tc"):
         with pytest.raises(ClusterError, match=rf"net.backend: '{backend}' needs root"):
-            launch(roles(), "harness.cluster.selftest:main", {}, backend=backend, run_dir=tmp_path / "run", hang_timeout_s=5)
+            launch(roles(), "harness.commands.cluster_selftest:main", {}, backend=backend, run_dir=tmp_path / "run", hang_timeout_s=5)
     assert not (tmp_path / "run").exists()
 
 
@@ -47,30 +47,30 @@ def test_missing_kernel_features_and_unknown_backends_are_named():
 
 
 def test_role_and_entry_checks():
-    check_roles(roles(3), "harness.cluster.selftest:main", "tc")
+    check_roles(roles(3), "harness.commands.cluster_selftest:main", "tc")
     with pytest.raises(ClusterError, match="at least one role"):
-        check_roles([], "harness.cluster.selftest:main", "tc")
+        check_roles([], "harness.commands.cluster_selftest:main", "tc")
     with pytest.raises(ClusterError, match=r"names must be unique, got \['a', 'a'\]"):
-        check_roles([RoleSpec("a", LinkSpec(), LinkSpec())] * 2, "harness.cluster.selftest:main", "tc")
+        check_roles([RoleSpec("a", LinkSpec(), LinkSpec())] * 2, "harness.commands.cluster_selftest:main", "tc")
     with pytest.raises(ClusterError, match="role name: 'a b'"):
-        check_roles([RoleSpec("a b", LinkSpec(), LinkSpec())], "harness.cluster.selftest:main", "tc")
+        check_roles([RoleSpec("a b", LinkSpec(), LinkSpec())], "harness.commands.cluster_selftest:main", "tc")
     with pytest.raises(ClusterError, match="model.device: 'gpu0'"):
-        check_roles([RoleSpec("a", LinkSpec(), LinkSpec(), device="gpu0")], "harness.cluster.selftest:main", "tc")
+        check_roles([RoleSpec("a", LinkSpec(), LinkSpec(), device="gpu0")], "harness.commands.cluster_selftest:main", "tc")
     with pytest.raises(ClusterError, match=r"net loss of r0.up: 1% cannot be emulated on the tc backend"):
-        check_roles(roles(2, loss=0.01), "harness.cluster.selftest:main", "tc")
-    check_roles(roles(2, loss=0.01), "harness.cluster.selftest:main", "netem")
-    with pytest.raises(ClusterError, match="entry: 'harness.cluster.selftest' is not 'package.module:function'"):
-        check_roles(roles(), "harness.cluster.selftest", "tc")
+        check_roles(roles(2, loss=0.01), "harness.commands.cluster_selftest:main", "tc")
+    check_roles(roles(2, loss=0.01), "harness.commands.cluster_selftest:main", "netem")
+    with pytest.raises(ClusterError, match="entry: 'harness.commands.cluster_selftest' is not 'package.module:function'"):
+        check_roles(roles(), "harness.commands.cluster_selftest", "tc")
     with pytest.raises(ClusterError, match="module 'harness.nothing' of 'harness.nothing:main' cannot be found"):
         check_roles(roles(), "harness.nothing:main", "tc")
 
 
 def test_payload_and_hang_timeout_are_checked_before_anything_is_created(tmp_path):
     with pytest.raises(ClusterError, match="payload: must be JSON-serialisable"):
-        launch(roles(), "harness.cluster.selftest:main", {"cfg": {"x": object()}}, backend="model", run_dir=tmp_path / "a",
+        launch(roles(), "harness.commands.cluster_selftest:main", {"cfg": {"x": object()}}, backend="model", run_dir=tmp_path / "a",
                hang_timeout_s=5)
     with pytest.raises(ClusterError, match="net.hang_timeout_s: 0 must be > 0"):
-        launch(roles(), "harness.cluster.selftest:main", {}, backend="model", run_dir=tmp_path / "b", hang_timeout_s=0)
+        launch(roles(), "harness.commands.cluster_selftest:main", {}, backend="model", run_dir=tmp_path / "b", hang_timeout_s=0)
     assert not list(tmp_path.iterdir())
 
 

@@ -47,7 +47,7 @@ def downlink_run(kernel_backend, tmp_path_factory):
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg}, backend=kernel_backend, run_dir=run_dir,
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": cfg}, backend=kernel_backend, run_dir=run_dir,
                     hang_timeout_s=60, progress=False)
     returned = time.monotonic()
     thread.join(timeout=1)
@@ -96,7 +96,7 @@ ten, open_ = LinkSpec(rate_bps=10e6), LinkSpec()
 roles = [RoleSpec("hub", ten, ten)] + [RoleSpec(f"w{i}", open_, open_) for i in range(3)]
 cfg = {"selftest": {"phases": ["probe", "idle"],
                     "probes": [{"op": "broadcast", "nbytes": 1_500_000, "repeat": 2}]}}
-result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg}, backend=sys.argv[1], run_dir=Path(sys.argv[2]),
+result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": cfg}, backend=sys.argv[1], run_dir=Path(sys.argv[2]),
                 hang_timeout_s=60, progress=False)
 print("RESULT " + json.dumps(asdict(result)), flush=True)
 """

@@ -24,7 +24,7 @@ def userspace_run(tmp_path_factory):
     roles = star(3, down=TEN)
     cfg = {"seed": 1, "selftest": {"phases": ["exchange", "probe"], "nbytes": NBYTES,
                                    "probes": [{"op": "broadcast", "nbytes": 1_500_000, "repeat": 2}]}}
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg, "keys": {"run_id": "t", "scenario": "selftest"}},
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": cfg, "keys": {"run_id": "t", "scenario": "selftest"}},
                     backend="userspace", run_dir=run_dir, hang_timeout_s=60, progress=False)
     return result, run_dir, roles
 
@@ -63,7 +63,7 @@ def model_run(tmp_path_factory):
     roles = star(2, hub=TEN)
     cfg = {"selftest": {"phases": ["exchange", "probe", "hang"], "nbytes": NBYTES,
                         "probes": [{"op": "broadcast", "nbytes": 1_000_000}]}}
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": cfg}, backend="model", run_dir=run_dir,
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": cfg}, backend="model", run_dir=run_dir,
                     hang_timeout_s=4, progress=False)
     return result, run_dir, roles
 
@@ -88,7 +88,7 @@ def test_a_damaged_payload_reaching_a_live_role_fails_the_run_naming_it(tmp_path
     """The role that decodes a damaged payload raises, exits non-zero, and the run ends failed
     naming it, with the decoder's error in the log tail (the hub, left waiting, is stopped)."""
     roles = star(1)
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["damaged"]}}},
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": {"selftest": {"phases": ["damaged"]}}},
                     backend="userspace", run_dir=tmp_path, hang_timeout_s=120, progress=False)
     assert result.status == "failed"
     first = result.reason.splitlines()[0]

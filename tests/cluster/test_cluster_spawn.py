@@ -25,7 +25,7 @@ def _where(run_dir, roles):
 def test_each_role_runs_in_its_own_namespace_and_sees_only_its_veth(how, kernel_backend, monkeypatch, tmp_path):
     monkeypatch.setenv(SPAWN_ENV, how)
     roles = star(2)
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["where"]}}},
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": {"selftest": {"phases": ["where"]}}},
                     backend=kernel_backend, run_dir=tmp_path, hang_timeout_s=60, progress=False)
     assert result.status == "ok", result.reason
     seen = _where(tmp_path, roles)
@@ -41,7 +41,7 @@ def test_each_role_runs_in_its_own_namespace_and_sees_only_its_veth(how, kernel_
 def test_forked_roles_on_the_userspace_backend_are_children_of_the_launcher(monkeypatch, tmp_path):
     monkeypatch.delenv(SPAWN_ENV, raising=False)
     roles = star(2)
-    result = launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {"phases": ["where"]}}},
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": {"selftest": {"phases": ["where"]}}},
                     backend="userspace", run_dir=tmp_path, hang_timeout_s=60, progress=False)
     assert result.status == "ok", result.reason
     seen = _where(tmp_path, roles)
@@ -52,7 +52,7 @@ def test_forked_roles_on_the_userspace_backend_are_children_of_the_launcher(monk
 def test_a_bad_spawn_mode_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv(SPAWN_ENV, "vfork")
     with pytest.raises(ClusterError, match=r"NARROWBAND_SPAWN: 'vfork' is not allowed; choose one of fork, exec"):
-        launch(star(1), "harness.cluster.selftest:main", {}, backend="userspace", run_dir=tmp_path, hang_timeout_s=5,
+        launch(star(1), "harness.commands.cluster_selftest:main", {}, backend="userspace", run_dir=tmp_path, hang_timeout_s=5,
                progress=False)
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.compress import bench, bench_gradients, bench_real, bench_table
+from harness.commands import compress_bench as bench
+from harness.commands.compress_bench import gradients as bench_gradients, real as bench_real, table as bench_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tasks"))
 from chat_model import save_chat_model  # noqa: E402

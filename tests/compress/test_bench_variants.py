@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from harness.compress import bench_table
+from harness.commands.compress_bench import table as bench_table
 
 
 def _grads(steps: int = 3) -> list[dict[str, torch.Tensor]]:

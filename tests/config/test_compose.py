@@ -85,7 +85,7 @@ def _command_line(arg: str, real: bool, monkeypatch, capsys) -> tuple[int, str]:
     if real:
         out = subprocess.run([sys.executable, "-m", "harness", arg], capture_output=True, text=True, timeout=120)
         return out.returncode, out.stderr
-    from harness.__main__ import main
+    from harness.commands.app import main
 
     monkeypatch.setattr(sys, "argv", ["harness", arg])
     with pytest.raises(SystemExit) as ended:
@@ -124,7 +124,7 @@ def test_an_override_that_does_not_compose_is_reported_before_torch_is_imported(
     fresh interpreter. A bad value of a key the user gave is judged there too; a scenario's own
     values (which a variant may complete) are not."""
     probe = ("import sys\n"
-             "from harness.__main__ import compose_error\n"
+             "from harness.commands.app import compose_error\n"
              "err = compose_error(['scenario=smoke_hilo', 'model.nonesuch=3'])\n"
              "assert err and err.startswith('model.nonesuch:'), err\n"
              "err = compose_error(['scenario=smoke_hilo', 'model.rank=-1'])\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.usage import purpose, scenarios
+from harness.commands.usage import purpose, scenarios
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_S = 120      # a hang detector: the screen itself takes well under a second
@@ -47,7 +47,7 @@ def test_help_lists_every_scenario_with_its_purpose_the_groups_and_the_commands(
     for group, option in (("method", "hilo"), ("compressor", "spar"), ("model", "tiny"), ("net", "slow")):
         line = next(l for l in out.stdout.splitlines() if l.split()[:1] == [group])
         assert option in line
-    for command in ("make bench", "harness.report", "harness.tune", "harness.sizes", "netem check"):
+    for command in ("make bench", "harness.report", "harness.tune", "harness.commands.sizes", "netem check"):
         assert command in out.stdout
 
 

@@ -25,11 +25,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.validate", "harness.compose", "harness.plan"),           # deciding what a run is
     ("harness.run", "harness.multihost", "harness.report"),            # running (one host, across hosts: the
                                                                        # agent's parts) and reporting
-    ("harness.__main__", "harness.usage", "harness.gpucheck", "harness.node", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
-     "harness.compress.bench_gradients", "harness.compress.bench_real", "harness.compress.bench_table",
-     "harness.compress.bench_ranks", "harness.compress.bench_allocation", "harness.compress.bench_seeds",
-     "harness.tasks.headroom", "harness.tasks.chat_headroom", "harness.tasks.sft_timing", "harness.tasks.chat_rollouts", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
-     "harness.onpolicy.sparsity"),                                      # entry points
+    ("harness.commands", "harness.__main__", "harness.bench", "harness.tune", "harness.report.__main__",
+     "harness.node", "harness.tasks.headroom", "harness.tasks.chat_headroom", "harness.tasks.sft_timing",
+     "harness.tasks.chat_rollouts", "harness.tasks.basetool", "harness.onpolicy.sparsity"),
+                                                                       # entry points: harness/commands/ and the
+                                                                       # aliases python -m keeps (harness.bench, ...)
 ]
 
 

@@ -53,7 +53,7 @@ def test_a_bad_eval_split_is_a_config_error() -> None:
 
 
 def test_link_and_horizon_only_variants_share_their_methods_entry() -> None:
-    from harness.tune import entries
+    from harness.commands.tune import entries
 
     variants = {"full_sync_10mbit": ["method=full_sync"],
                 "hilo_10mbit": ["method=hilo", "compressor=spar"],
@@ -68,7 +68,7 @@ def test_link_and_horizon_only_variants_share_their_methods_entry() -> None:
 
 
 def test_onpolicy_tuning_runs_a_tiny_grid_on_validation_and_selects(root, capsys) -> None:
-    from harness.tune import main
+    from harness.commands.tune import main
     from harness.tuning import points_path, selected_path
 
     argv = ["scenario=smoke_hilo", "only=[hilo_spar]", "seeds=[0]", "lrs=[0.0001,0.01]", "extend=0",
@@ -90,7 +90,7 @@ def test_onpolicy_tuning_runs_a_tiny_grid_on_validation_and_selects(root, capsys
 def test_a_horizon_curve_evaluates_every_k_updates_without_changing_the_trajectory(root) -> None:
     """curve=K writes every evaluation to <scenario>.curve.csv, no sweep point and no selection; its
     last evaluation is the ordinary tuning point's, bit for bit (evaluating draws nothing random)."""
-    from harness.tune import main
+    from harness.commands.tune import main
     from harness.tuning import points_path, selected_path
 
     common = ["scenario=smoke_hilo", "only=[hilo_spar]", "seeds=[0]", "lrs=[0.001]", "extend=0", "onpolicy.steps=2",
@@ -133,7 +133,7 @@ def test_every_tuned_onpolicy_variant_reads_a_committed_interior_entry_of_its_ow
     from omegaconf import OmegaConf
 
     from harness.paths import scenarios_root
-    from harness.tune import training_overrides
+    from harness.commands.tune import training_overrides
     from harness.tuning import read_selected
 
     pattern = re.compile(r"^onpolicy\.lr=\$\{tuned_lr:([\w-]+),([\w-]+)\}$")

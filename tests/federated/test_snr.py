@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.federated.snr import measure, slope
+from harness.commands.snr import measure, slope
 
 
 def test_projected_gradient_snr_grows_linearly_in_rank():
@@ -18,7 +18,7 @@ def test_projected_gradient_snr_grows_linearly_in_rank():
 
 
 def test_operating_regime_matches_its_closed_form_and_only_resampling_averages_noise():
-    from harness.federated.snr import measure_operating, operating_closed_form
+    from harness.commands.snr import measure_operating, operating_closed_form
 
     gen = torch.Generator().manual_seed(1)
     common = torch.randn(12, 16, generator=gen, dtype=torch.float64)

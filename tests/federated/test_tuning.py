@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError
 from harness.paths import scenarios_root
-from harness.tune import ladder, parse
+from harness.commands.tune import ladder, parse
 from harness.tuning import read_selected, select, selected_path
 
 TUNED = re.compile(r"^federated\.lr=\$\{tuned_lr:([\w-]+),([\w-]+)\}$")

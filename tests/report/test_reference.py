@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.__main__ import main
+from harness.commands.report import main
 from harness.report.reference import MARKER
 
 
@@ -78,7 +78,7 @@ def test_reference_flag_on_a_plain_folder_is_refused(small_results, tmp_path, ca
 
 @pytest.mark.parametrize("folder", ["results", "results/real"])
 def test_committed_manifests_are_the_bench_steps(folder):
-    from harness.bench import REFERENCES, reference_manifest
+    from harness.commands.bench import REFERENCES, reference_manifest
     from harness.paths import project_root
 
     (_, steps, rebuild, what), = [r for r in REFERENCES if r[0] == folder]

@@ -44,7 +44,7 @@ def test_screen_and_markdown_have_a_line_per_claim(monkeypatch):
 
 
 def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path, monkeypatch):
-    from harness.bench import final_screen
+    from harness.commands.bench import final_screen
 
     monkeypatch.setattr("harness.report.brief.claims_path", lambda root=None: tmp_path / "absent.csv")
     text = final_screen([("hilo_distill", 0, 600.0), ("report", 1, 30.0)])

@@ -1,9 +1,9 @@
-"""python -m harness.sizes: per-method bytes of one update of a real model's adapter."""
+"""python -m harness.commands.sizes: per-method bytes of one update of a real model's adapter."""
 from __future__ import annotations
 
 import json
 
-from harness.sizes import main, model_config, sizes
+from harness.commands.sizes import main, model_config, sizes
 
 
 def test_llama3_8b_full_sync_bytes_equal_a_hand_count():
@@ -50,7 +50,7 @@ def test_powersgd_r1_bytes_equal_a_real_payload_of_those_shapes():
     import torch
 
     from harness.compress import build
-    from harness.sizes import lora_shapes
+    from harness.commands.sizes import lora_shapes
 
     config = model_config("small")
     s = sizes(config, "small", rank=64, targets=["all-linear"])

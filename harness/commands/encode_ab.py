@@ -2,11 +2,11 @@
 against the behaviour before the last encode change ("old": the float64-sum finiteness check of
 every tensor in place of the current one, restored by monkeypatching ``_check_finite``, and
 Spar's exact ``svd="gram"`` spectra instead of the default sketch), alternated three times over 20 real LoRA gradients (seed 0) of the tiny and
-wide shapes; with the error each Spar variant leaves (err_1, err_ef as in harness.compress.bench_table)
+wide shapes; with the error each Spar variant leaves (err_1, err_ef as in harness.commands.compress_bench.table)
 on the same gradients, since a faster encode is only worth having at the same error.
 Figures: docs/compress.md, "Encode speed".
 
-    python -m harness.compress.encode_ab
+    python -m harness.commands.encode_ab
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def old_check(enabled: bool):
 
 
 def main() -> int:
-    from harness.compress import bench_gradients, bench_table, build
+    from harness.commands.compress_bench import gradients as bench_gradients, table as bench_table
+    from harness.compress import build
 
     torch.set_num_threads(1)
     for model in ("tiny", "wide"):

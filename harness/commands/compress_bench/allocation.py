@@ -1,4 +1,4 @@
-"""Spar's allocation ablation (harness.compress.bench ``--allocations``).
+"""Spar's allocation ablation (harness.commands.compress_bench ``--allocations``).
 
 Allocation ablation (``--allocations``; Spar's ``compressor.options.allocation``, one budget,
 default 1.6%): per model, seed and allocation, the stream g_1..g_T is encoded with error
@@ -8,7 +8,7 @@ its second moments are what ``preconditioned`` reads, exactly as the learner han
 Each yields the step direction Delta_t = m^_t / (sqrt(v^_t) + eps) (Adam, betas 0.9/0.999,
 eps 1e-8; the learning rate is a common factor and left out). Metrics (``AllocationRow``):
   grad_err:  mean_t ||g^_t - g_t|| / ||g_t|| with error feedback (per step)
-  grad_err_1 / grad_err_ef: err_1 and err_ef of harness.compress.bench_table, for this allocation
+  grad_err_1 / grad_err_ef: err_1 and err_ef of harness.commands.compress_bench.table, for this allocation
   adam_err:  mean_t ||Delta^_t - Delta_t|| / ||Delta_t|| (the update the replicas apply vs the
              uncompressed one, per step)
   adam_err_sum: ||sum_t Delta^_t - sum_t Delta_t|| / ||sum_t Delta_t|| (where T steps at a
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.compress import build
-from harness.compress.bench_table import _diff, _norm, evaluate
+from harness.commands.compress_bench.table import _diff, _norm, evaluate
 
 
 @dataclass

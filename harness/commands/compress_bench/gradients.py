@@ -1,4 +1,4 @@
-"""The bench's own LoRA gradient streams: a small Llama or a model preset's sizes (harness.compress.bench).
+"""The bench's own LoRA gradient streams: a small Llama or a model preset's sizes (harness.commands.compress_bench).
 
 Gradients (``--model bench``, the default): a LlamaForCausalLM built from a LlamaConfig (hidden
 256, 4 layers, 4 heads, MLP 512, vocab 64; random init, seed 0) with peft LoRA r=64 (alpha 64) on
@@ -35,7 +35,7 @@ def model_config(model: str = "bench", vocab: int = 64, seq: int = 32, hidden: i
 
     from harness.tasks.models import llama_config
 
-    path = Path(__file__).resolve().parent.parent / "conf" / "model" / f"{model}.yaml"
+    path = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{model}.yaml"
     if not path.is_file() or model == "hf":
         raise CompressorError(f"--model: {model!r} is not allowed; choose bench or a model preset "
                               f"({', '.join(p.stem for p in sorted(path.parent.glob('*.yaml')) if p.stem != 'hf')})")

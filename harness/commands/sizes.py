@@ -1,9 +1,9 @@
 """What each method ships for one update of a real model's LoRA adapter, and how long it takes.
 
-    python -m harness.sizes --preset llama3-8b --rank 64              # table
-    python -m harness.sizes --preset llama3-8b --rank 64 --json       # the same as JSON
-    python -m harness.sizes --config /models/x/config.json --targets q_proj,v_proj --budget 0.005
-    python -m harness.sizes --all --rank 64                           # every named preset
+    python -m harness.commands.sizes --preset llama3-8b --rank 64              # table
+    python -m harness.commands.sizes --preset llama3-8b --rank 64 --json       # the same as JSON
+    python -m harness.commands.sizes --config /models/x/config.json --targets q_proj,v_proj --budget 0.005
+    python -m harness.commands.sizes --all --rank 64                           # every named preset
 
 Shapes come from the model skeleton on the meta device (transformers' AutoModelForCausalLM
 of the config; no weights) and ``harness.tasks.targets`` (``--targets all-linear`` by default:
@@ -99,7 +99,7 @@ def project(s: Sizes, compute_s: float, encode_mbs: float | None = None) -> dict
     adapter gradient at a user-given throughput (left out when not given; PowerSGD's row never
     includes one), plus bytes x 8 / rate (no latency, no protocol overhead). Speedups are against
     bf16 full sync at the same rate."""
-    gradient_fp32 = 4 * s.adapter_params          # what the learner encodes (harness.compress.bench's MB)
+    gradient_fp32 = 4 * s.adapter_params          # what the learner encodes (harness.commands.compress_bench's MB)
     encode = gradient_fp32 / (encode_mbs * 1e6) if encode_mbs else 0.0
     out: dict[str, Any] = {"compute_s": compute_s, "encode_mbs": encode_mbs, "encode_s": encode,
                            "note": "projection: user-given compute" + (", user-given encode throughput" if encode_mbs
@@ -128,7 +128,7 @@ def model_config(preset: str | None = None, config: str | None = None):
     if preset in PRESETS:
         fields = dict(PRESETS[preset])
         return AutoConfig.for_model(fields.pop("model_type"), **fields)
-    conf = Path(__file__).parent / "conf" / "model" / f"{preset}.yaml"
+    conf = Path(__file__).resolve().parent.parent / "conf" / "model" / f"{preset}.yaml"
     if preset and conf.is_file() and preset != "hf":
         import yaml
 
@@ -240,7 +240,7 @@ def table(s: Sizes) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.sizes", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.commands.sizes", description=__doc__.split("\n")[0])
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--preset", default="llama3-8b", help=f"named config: {', '.join(PRESETS)}, tiny, small, wide")
     src.add_argument("--config", help="a local config.json (or its folder)")
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                              "hardware; adds projected update times and speedups per method and rate")
     parser.add_argument("--encode-mbs", type=float, default=None,
                         help="with --compute-s: Spar's encode throughput in MB/s of fp32 gradient (as "
-                             "harness.compress.bench reports it), added to "
+                             "harness.commands.compress_bench reports it), added to "
                              "HiLo+Spar's update (default: encode time left out, and said)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     args = parser.parse_args(argv)

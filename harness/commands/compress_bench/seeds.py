@@ -1,8 +1,8 @@
 """A real model's compressor table over seeds: each row's mean and 95% t-interval.
 
-Each seed is its own gradient stream (its LoRA draw and SFT batches, harness.compress.bench_real),
+Each seed is its own gradient stream (its LoRA draw and SFT batches, harness.commands.compress_bench.real),
 so the interval is over streams, the project's unit of replication. Per (model, LoRA rank,
-compressor as it ran, budget): err_1 and err_ef (harness.compress.bench_table) as mean, sd, n and
+compressor as it ran, budget): err_1 and err_ef (harness.commands.compress_bench.table) as mean, sd, n and
 the interval; and, for each compressor other than Spar, the per-seed difference of its err_ef
 from Spar's at the same rank and budget (``vs_spar_err_ef``: > 0 means Spar drifts less), since a
 comparison is judged on paired seeds.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.compress.bench_table import Row, _failed
+from harness.commands.compress_bench.table import Row, _failed
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The compressor table: each variant at each budget over one gradient stream (harness.compress.bench).
+"""The compressor table: each variant at each budget over one gradient stream (harness.commands.compress_bench).
 
 Variant names say what ran: ``powersgd`` becomes ``powersgd[subset]`` in a row where the budget
 is below rank 1 on every matrix, so it shipped rank 1 on a rotating subset of matrices instead

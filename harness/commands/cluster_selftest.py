@@ -1,6 +1,6 @@
 """Entry functions that exercise the cluster and the transport (tests, benchmark, `docs/cluster.md`).
 
-    launch(roles, "harness.cluster.selftest:main", {"cfg": {"selftest": {...}}}, ...)
+    launch(roles, "harness.commands.cluster_selftest:main", {"cfg": {"selftest": {...}}}, ...)
 
 ``cfg["selftest"]["phases"]`` runs in order, any of:
   exchange  send/recv, broadcast, scatter (one node gets 0 bytes) and gather of seeded

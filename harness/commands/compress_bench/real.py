@@ -1,4 +1,4 @@
-"""LoRA gradient streams of a real chat model (harness.compress.bench ``--model smollm2|hf:PATH``).
+"""LoRA gradient streams of a real chat model (harness.commands.compress_bench ``--model smollm2|hf:PATH``).
 
 Real models (``--model smollm2``, the model preset's packaged GGUF, or ``--model hf:PATH``, a
 local HF chat-model folder or a GGUF file; GGUFs are materialised once into the cache, fp32):
@@ -32,7 +32,7 @@ def real_source(model: str) -> str | None:
 
         import yaml
 
-        path = Path(__file__).resolve().parent.parent / "conf" / "model" / f"{model}.yaml"
+        path = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{model}.yaml"
         return str(yaml.safe_load(path.read_text())["path"])
     return None
 

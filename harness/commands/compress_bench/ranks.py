@@ -1,4 +1,4 @@
-"""Where Spar puts its ranks on a real model (harness.compress.bench ``--ranks-csv``, ``--plot``).
+"""Where Spar puts its ranks on a real model (harness.commands.compress_bench ``--ranks-csv``, ``--plot``).
 
 Spar's ranks per matrix and step (with error feedback, as hilo's learner ships them) go to
 ``--ranks-csv`` (default: next to ``--csv``, ``*_spar_ranks.csv``) and ``--plot`` draws where they
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.compress.bench_gradients import TARGETS
+from harness.commands.compress_bench.gradients import TARGETS
 
 
 @dataclass

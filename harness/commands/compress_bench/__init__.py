@@ -1,20 +1,20 @@
 """Compressors compared at equal bytes on real LoRA gradients: the README's compressor table.
 
-    python -m harness.compress.bench            # markdown table (a few minutes on one CPU thread)
-    python -m harness.compress.bench --json     # the same rows as JSON
-    python -m harness.compress.bench --model wide,small --csv results/tables/compress_wide.csv
-    python -m harness.compress.bench --allocations --model tiny,wide --seeds 0,1,2 \
+    python -m harness.commands.compress_bench            # markdown table (a few minutes on one CPU thread)
+    python -m harness.commands.compress_bench --json     # the same rows as JSON
+    python -m harness.commands.compress_bench --model wide,small --csv results/tables/compress_wide.csv
+    python -m harness.commands.compress_bench --allocations --model tiny,wide --seeds 0,1,2 \
         --csv results/tables/spar_allocation.csv      # Spar's allocation ablation (below)
-    python -m harness.compress.bench --model smollm2 --rank 16,8,64 --seeds 0,1,2 --steps 12 \
+    python -m harness.commands.compress_bench --model smollm2 --rank 16,8,64 --seeds 0,1,2 --steps 12 \
         --csv results/real/tables/compress_real.csv --plot results/real/plots/spar_ranks_real.png   # a real LM
 
 The parts, one module each:
-  harness.compress.bench_gradients   the bench's own model and the model presets' gradient streams ("Gradients")
-  harness.compress.bench_real        a real chat model's gradient stream ("Real models")
-  harness.compress.bench_table       the variants, evaluate (the metrics), the markdown table, write_csv
-  harness.compress.bench_ranks       Spar's rank per matrix and step on a real model, plot_real_ranks
-  harness.compress.bench_allocation  Spar's allocation ablation (``--allocations``)
-  harness.compress.bench_seeds       a real model's table over seeds: mean and 95% interval per row (``*_summary.csv``)
+  harness.commands.compress_bench.gradients   the bench's own model and the model presets' gradient streams ("Gradients")
+  harness.commands.compress_bench.real        a real chat model's gradient stream ("Real models")
+  harness.commands.compress_bench.table       the variants, evaluate (the metrics), the markdown table, write_csv
+  harness.commands.compress_bench.ranks       Spar's rank per matrix and step on a real model, plot_real_ranks
+  harness.commands.compress_bench.allocation  Spar's allocation ablation (``--allocations``)
+  harness.commands.compress_bench.seeds       a real model's table over seeds: mean and 95% interval per row (``*_summary.csv``)
 """
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from dataclasses import asdict
 import torch
 
 from harness.compress import CompressorError, build
-from harness.compress.bench_allocation import allocation_markdown, evaluate_allocation
-from harness.compress.bench_gradients import lora_gradients, model_config
-from harness.compress.bench_ranks import plot_real_ranks, rank_rows
-from harness.compress.bench_real import chat_gradients, check_real, real_source
-from harness.compress.bench_seeds import summarize_seeds, summary_markdown, summary_path
-from harness.compress.bench_table import (BUDGETS, PRESET_VARIANTS, REAL_VARIANTS, VARIANTS, _diff, _failed, _norm,
+from harness.commands.compress_bench.allocation import allocation_markdown, evaluate_allocation
+from harness.commands.compress_bench.gradients import lora_gradients, model_config
+from harness.commands.compress_bench.ranks import plot_real_ranks, rank_rows
+from harness.commands.compress_bench.real import chat_gradients, check_real, real_source
+from harness.commands.compress_bench.seeds import summarize_seeds, summary_markdown, summary_path
+from harness.commands.compress_bench.table import (BUDGETS, PRESET_VARIANTS, REAL_VARIANTS, VARIANTS, _diff, _failed, _norm,
                                           evaluate, markdown, time_spectra, write_csv)
 from harness.progress import frames
 
@@ -95,7 +95,7 @@ def _real_table(args, m: str, labels: list[str] | None, budgets: list[float], lo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.compress.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.commands.compress_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=50, help="gradients (steps) per run (default 50)")
     parser.add_argument("--warmup", type=int, default=None,
                         help="optimizer steps before the first recorded gradient (default 5; real models 3)")
@@ -212,7 +212,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

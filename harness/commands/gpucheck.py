@@ -1,6 +1,6 @@
 """``make gpu-check``: smoke_hilo and smoke_spra with every role on its own GPU, over the shaped links.
 
-    python -m harness.gpucheck [--out results/gpucheck/runs]
+    python -m harness.commands.gpucheck [--out results/gpucheck/runs]
 
 Runs ``scenario=smoke_hilo only=[hilo_spar]`` and ``scenario=smoke_spra only=[spra]`` at seed 0
 with ``model.device=auto`` (harness/placement.py gives the i-th role of the host GPU i mod G, its
@@ -52,7 +52,7 @@ def copy_ms(device: str, nbytes: int, repeats: int = 20) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.gpucheck", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.commands.gpucheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="results/gpucheck/runs", help="out_dir of the two runs")
     args = parser.parse_args(argv)
     missing = gpu_missing()

@@ -1,6 +1,6 @@
 """How noisy is SPRA's projected gradient? SNR of G A^T A against G, as a function of rank r.
 
-    python -m harness.federated.snr [--json] [--draws 400] [--ranks 1 2 4 8 16 32 64] [key=value ...]
+    python -m harness.commands.snr [--json] [--draws 400] [--ranks 1 2 4 8 16 32 64] [key=value ...]
 
 With A frozen, one SGD step on B moves W by ``-eta s^2 G A^T A`` instead of ``-eta G``: a
 random projection of the full gradient G (d_out x d_in). With our convention
@@ -213,7 +213,7 @@ def plot(table: pd.DataFrame, slopes: dict[str, float], out: Path) -> list[Path]
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m harness.federated.snr", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.commands.snr", description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=list(DEFAULT_RANKS))
     parser.add_argument("--draws", type=int, default=400, help="independent A per rank (more: tighter estimate)")
     parser.add_argument("--modules", nargs="+", default=list(DEFAULT_MODULES), help="weights (names without .weight)")
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
     (root / "tables").mkdir(parents=True, exist_ok=True)
     table.to_csv(root / "tables" / "snr.csv", index=False)
     plots = plot(table, slopes, root / "plots")
-    summary = {"command": "python -m harness.federated.snr " + " ".join(argv if argv is not None else sys.argv[1:]),
+    summary = {"command": "python -m harness.commands.snr " + " ".join(argv if argv is not None else sys.argv[1:]),
                "slopes": slopes, "slope_mean": float(np.mean(list(slopes.values()))),
                "max_rel_error_vs_theory": float((table["snr"] / table["snr_theory"] - 1).abs().max()),
                "max_rel_bias": float(table["rel_bias"].max()),
@@ -272,7 +272,7 @@ def operating_main(args: argparse.Namespace, argv: list[str] | None) -> dict:
     (root / "tables").mkdir(parents=True, exist_ok=True)
     path = root / "tables" / "snr_operating.csv"
     table.to_csv(path, index=False)
-    summary = {"command": "python -m harness.federated.snr " + " ".join(argv if argv is not None else sys.argv[1:]),
+    summary = {"command": "python -m harness.commands.snr " + " ".join(argv if argv is not None else sys.argv[1:]),
                "max_rel_error_vs_closed_form": float((table["snr"] / table["snr_closed_form"] - 1).abs().max()),
                "csv": str(path)}
     if args.json:

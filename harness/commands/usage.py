@@ -23,7 +23,7 @@ COMMANDS = (
     ("python -m harness.bench --list", "the bench's steps; --quick, --full, --only NAME ..."),
     ("python -m harness.report", "tables, claims and plots of your runs: outputs/runs -> outputs/summary.md"),
     ("python -m harness.tune scenario=NAME", "tune a scenario's learning rates on its validation split"),
-    ("python -m harness.sizes --preset llama3-8b --rank 64", "bytes and link time per method at real shapes"),
+    ("python -m harness.commands.sizes --preset llama3-8b --rank 64", "bytes and link time per method at real shapes"),
     ("python -m netem check | probe | clean", "what this kernel can shape; measure a link; remove leftovers"),
 )
 

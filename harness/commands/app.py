@@ -1,0 +1,162 @@
+"""The Hydra app: ``python -m harness scenario=NAME key=value ...`` (also ``narrowband``).
+
+A scenario is a file under the top-level ``scenarios/`` folder. It may list variants
+(``variants: {name: [overrides]}``); each variant is composed anew and run as its own
+run, one after another. Multirun (``-m``) sweeps work as in any Hydra app, with any launcher.
+
+A single run's overrides are composed once before the app starts, so that a bad one (a
+value of the wrong type, an unknown key, bad override syntax) ends with one line naming
+the key and exit status 2 instead of Hydra's multi-line report. With any ``-`` flag
+(``-m``, ``--cfg`` ...) that check is left to Hydra. ``--help`` / ``-h`` print narrowband's own
+screen (harness.commands.usage: scenarios, config groups, commands; Hydra's is ``--hydra-help``), and
+a bare ``python -m harness`` says how to start and exits with status 2.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from harness.conf.schema import register
+from harness.errors import ConfigError
+from harness.validate import precheck_argv, translate_argv
+
+register()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def _app(cfg: DictConfig) -> None:
+    from harness.run import run_scenario
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.tuning import config_error_in
+
+    try:
+        outcomes = run_scenario(cfg, overrides=_user_overrides())
+    except (ConfigError, OmegaConfBaseException) as raised:
+        err = config_error_in(raised)     # a resolver's too (${tuned_lr:...} without its tuning file)
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        if _multirun():
+            raise   # this grid point's failure (see below), not the end of the sweep
+        raise SystemExit(2) from None
+    failed = [o for o in outcomes if o.status not in ("ok", "skipped")]
+    if failed:
+        if _multirun():
+            raise RuntimeError(f"{len(failed)} run(s) failed: {', '.join(o.run_id for o in failed)}")
+        raise SystemExit(1)
+
+
+def _multirun() -> bool:
+    """True inside a multirun job. There a job's problem must be an ordinary exception, never
+    SystemExit: Hydra's job runner catches only ``Exception``, records it as that job's
+    failure and goes on with the sweep; a launcher that runs jobs in other processes
+    (submitit: local or Slurm) pickles it back to the sweep. A SystemExit would end the basic
+    launcher's whole sweep, and a submitit job would exit with no result file (submitit's
+    ``UncompletedJobError``: 'has not produced any output')."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _user_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task)
+
+
+_KINDS = {"Integer": "an int", "Float": "a float", "Boolean": "a bool", "String": "a string"}
+
+
+def compose_error(argv: list[str]) -> str | None:
+    """One line for overrides that do not compose (``model.rank: 'abc' is not an int ...``), or None.
+
+    Only a single run's plain overrides are checked: with a ``-`` flag (multirun, help,
+    ``--cfg`` ...) Hydra reads the command line itself; ``hydra.*`` overrides are Hydra's own.
+    """
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.compose import compose_config
+
+    if any(a.startswith("-") for a in argv):
+        return None
+    overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    try:
+        cfg = compose_config(overrides)
+    except OverrideParseException as err:
+        return f"{_bad_syntax(overrides)}: {str(err).splitlines()[0]} (see Hydra's override grammar)"
+    except (HydraException, OmegaConfBaseException) as err:
+        cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
+        first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        key = getattr(cause, "full_key", None) or first
+        named = [a.lstrip("+~").split("=", 1) for a in overrides if "=" in a]
+        given = next((v for k, v in named if k == key), None)
+        kind = re.search(r"could not be converted to (\w+)", first)
+        if kind and given is not None:
+            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first})"
+        key = next((k for k, _ in named if k.startswith(f"{key}.")), key)
+        return f"{key}: {first}" if key != first else first
+    return value_error(cfg, overrides)
+
+
+def value_error(cfg, overrides: list[str]) -> str | None:
+    """The field checks' line (harness.validate, which needs no torch) for a value the user gave,
+    else None. Only a key of the command line is judged here: a user's value wins over every
+    variant's, so it is as wrong in each of them; anything else waits for the planner."""
+    from harness.errors import ConfigError
+    from harness.validate import validate
+
+    keys = {a.lstrip("+~").split("=", 1)[0] for a in overrides if "=" in a}
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        line = str(err)
+        return line if any(line.startswith(f"{k}:") for k in keys) else None
+    except Exception:        # noqa: BLE001 - e.g. an interpolation only a variant completes: the planner reports it
+        return None
+    return None
+
+
+def _bad_syntax(overrides: list[str]) -> str:
+    """The first override Hydra's grammar cannot parse (for the error line)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_override(o)
+        except HydraException:
+            return o
+    return "override"
+
+
+def main() -> None:
+    from harness.commands.usage import HELP_FLAGS, help_text, start_text
+
+    if not sys.argv[1:]:
+        print(start_text(), file=sys.stderr)
+        raise SystemExit(2)
+    if any(a in HELP_FLAGS for a in sys.argv[1:]):
+        print(help_text())
+        return
+    try:
+        sys.argv[1:] = translate_argv(precheck_argv(sys.argv[1:]))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    error = compose_error(sys.argv[1:])
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2)
+    _app()
+
+
+if __name__ == "__main__":
+    main()
