@@ -4,6 +4,7 @@ Layout of one run (``<out_dir>/<scenario>/<run_id>/``, out_dir ``outputs/runs`` 
 
     run.json                 resolved config, commit, versions, kernel, backend, status
     rows/<role>-<seq>.parquet  append-only part files, one per flush, never rewritten
+    prompts/<role>-<step>[-<view>].parquet   one evaluation's per-prompt records (PROMPT_COLUMNS first)
 
 Each role process owns its own part files (no two writers share a file), and every file
 is written to a temporary name and renamed, so a reader never sees half a file. One row is
@@ -28,6 +29,11 @@ EXTRA_KEYS = ("trace", "host", "device", "cpus", "oversubscribed")
 # put more busy roles than cores on some host: timing includes waiting for a core)
 
 STATUSES = ("running", "ok", "failed", "interrupted")
+PROMPT_COLUMNS = KEY_COLUMNS + ["view", "prompt"]
+# a per-prompt record: the run's keys, the role and the update after which it evaluated (step -1: the base
+# model, before update 0), the policy it scored (view: "learner", or "worker" where the workers' copy
+# differs), the prompt's index in the evaluation order, then the task's columns (harness/tasks: a, op, b,
+# correct, ended, answer, answer_logprob, reward | reverse_kl)
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -76,6 +82,14 @@ class Recorder:
         self._seq += 1
         self._pending = []
 
+    def prompts(self, step: int, frame: pd.DataFrame, view: str = "learner") -> None:
+        """Write one evaluation's per-prompt records (one row per prompt) as their own file, now."""
+        cells = frame.assign(**{**self.keys, "role": self.role, "step": int(step), "view": view})
+        cells = cells[PROMPT_COLUMNS + [c for c in frame.columns if c not in PROMPT_COLUMNS]]
+        suffix = "" if view == "learner" else f"-{view}"
+        path = self.dir.parent / "prompts" / f"{self.role}-{int(step) + 1:05d}{suffix}.parquet"
+        _atomic_write(path, lambda tmp: cells.to_parquet(tmp, index=False))
+
     def close(self) -> None:
         self.flush()
 
@@ -91,6 +105,14 @@ def read_rows(run_dir: Path | str) -> pd.DataFrame:
     parts = sorted((Path(run_dir) / "rows").glob("*.parquet"))
     if not parts:
         return pd.DataFrame(columns=KEY_COLUMNS)
+    return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True, sort=False)
+
+
+def read_prompts(run_dir: Path | str) -> pd.DataFrame:
+    """Every per-prompt record of one run (empty frame when it kept none)."""
+    parts = sorted((Path(run_dir) / "prompts").glob("*.parquet"))
+    if not parts:
+        return pd.DataFrame(columns=PROMPT_COLUMNS)
     return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True, sort=False)
 
 

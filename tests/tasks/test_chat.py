@@ -151,7 +151,9 @@ def test_distill_kl_is_zero_to_itself_and_positive_to_another(ctok):
     kl_other, _ = other.loss(policy, r)
     assert abs(float(kl_same.detach())) < 1e-5 and float(kl_other.detach()) > 1e-3
     out = other.evaluate(policy, 4)
-    assert set(out) == {"accuracy", "reverse_kl"} and out["reverse_kl"] > 0
+    assert set(out) == {"accuracy", "reverse_kl", "answer_logprob"} and out["reverse_kl"] > 0
+    _, frame = same.evaluate_prompts(policy, 4)             # per prompt: 0 to itself along its greedy completion
+    assert len(frame) == 4 and (frame["reverse_kl"].abs() < 1e-5).all()
     with pytest.raises(ConfigError, match="teacher"):
         build_task(chat_cfg(name="distill"), ctok)
 
