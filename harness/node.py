@@ -48,6 +48,7 @@ from harness.multihost.control import CONTROL_PORT, CONTROL_PORT_ENV
 from harness.multihost.follow import follow
 from harness.multihost.lead import lead_run
 from harness.multihost.runs import planned_runs
+from harness.multihost.secret import SECRET_FILE_ENV, load_secret, new_secret
 
 _AGENT_PID: list[int] = []
 
@@ -62,6 +63,20 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _new_secret(args: list[str]) -> int:
+    """``--new-secret FILE``: write a fresh secret (mode 0600) and say how to use it."""
+    if len(args) != 1:
+        print("usage: python -m harness.node --new-secret FILE", file=sys.stderr)
+        return 2
+    try:
+        path = new_secret(args[0])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    print(f"wrote a new secret to {path} (mode 0600); on every host of the run: export {SECRET_FILE_ENV}={path.resolve()}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.placement import node_rank
 
@@ -69,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     if not overrides or overrides[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if overrides else 2
+    if overrides[0] == "--new-secret":
+        return _new_secret(overrides[1:])
     try:
         runs = planned_runs(overrides)
+        secret = load_secret()
         placement = runs[0].plan.placement
         rank = node_rank(placement)
         master = os.environ.get("MASTER_ADDR") or placement.hosts[0].addr
@@ -79,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         port = os.environ.get(CONTROL_PORT_ENV, str(CONTROL_PORT))
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"{CONTROL_PORT_ENV}: {port!r} is not a TCP port (1-65535)")
-        agent = Agent.connect(runs, rank, master, int(port))
+        agent = Agent.connect(runs, rank, master, int(port), secret)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2

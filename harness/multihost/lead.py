@@ -10,6 +10,7 @@ import time
 from harness.errors import ClusterError
 from harness.multihost.agent import Agent, ask
 from harness.multihost.calibration import calibrate, calibration_problem, pairs
+from harness.multihost.messages import MessageError
 from harness.multihost.roles import kill_roles, local_result, start_roles, watch_roles
 from harness.multihost.runs import Planned
 
@@ -100,11 +101,18 @@ def launch_everywhere(agent: Agent, run: Planned, payload: dict, master_addr: st
     first: list[tuple[int, str]] = []              # (0 for a dead agent, else 1; the reason), in the order heard
 
     def hear(host: int) -> None:
-        msg = agent.lines[host].recv()
+        line = agent.lines[host]
+        try:
+            msg = line.recv()
+        except MessageError as err:               # checked against its schema: a bad report fails the run
+            msg = {"op": "error", "message": f"its report: {err}"}
         died = msg is None
         if died:
             msg = {"op": "done", "host": agent.names[host], "status": "failed",
-                   "reason": f"the agent on {agent.names[host]} died (its control connection closed)"}
+                   "reason": f"the agent on {agent.names[host]} died (its control connection closed"
+                             f"{': ' + line.problem if line.problem else ''})"}
+        elif msg["op"] != "done":
+            msg = {"op": "done", "host": agent.names[host], "status": "failed", "reason": msg.get("message", msg["op"])}
         results[agent.names[host]] = msg
         if msg["status"] != "ok":
             first.append((0 if died else 1, f"host {agent.names[host]}: {msg['reason']}"))

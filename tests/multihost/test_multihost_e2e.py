@@ -22,12 +22,24 @@ HILO = ("smoke_hilo", "hilo_spar")
 SPRA = ("smoke_spra", "spra")
 
 
+def secret_file(folder: Path) -> Path:
+    """The run's secret as the launcher makes it: a 0600 file (here in the test's folder)."""
+    path = folder / "run.secret"
+    if not path.exists():
+        from harness.multihost.secret import new_secret
+
+        new_secret(path)
+    return path
+
+
 def _agents(hosts, args: list[str], out: Path, ranks=(0, 1, 2), **env) -> list[subprocess.Popen]:
-    """One agent per stand-in host with srun's variables (SLURM_JOB_NODELIST, SLURM_NODEID) and MASTER_ADDR."""
+    """One agent per stand-in host with srun's variables (SLURM_JOB_NODELIST, SLURM_NODEID), MASTER_ADDR
+    and the run's secret (NARROWBAND_SECRET_FILE, as the sbatch script exports it)."""
     procs = []
     for i in ranks:
         environ = {**os.environ, "SLURM_JOB_NODELIST": "h[0-2]", "SLURM_NODEID": str(i), "PYTHONPATH": str(ROOT),
-                   "MASTER_ADDR": hosts.nodes["h0"].addr, "NARROWBAND_CONNECT_TIMEOUT_S": "180", **env}
+                   "MASTER_ADDR": hosts.nodes["h0"].addr, "NARROWBAND_CONNECT_TIMEOUT_S": "180",
+                   "NARROWBAND_SECRET_FILE": str(secret_file(out)), **env}
         log = open(out / f"agent{i}.log", "w")
         procs.append(in_host(hosts, i, [sys.executable, "-m", "harness.node", *args, "placement.source=slurm",
                                         f"out_dir={out / 'multi'}", "progress=false"],
