@@ -49,6 +49,7 @@ from harness.multihost.follow import follow
 from harness.multihost.lead import lead_run
 from harness.multihost.runs import planned_runs
 from harness.multihost.secret import SECRET_FILE_ENV, load_secret, new_secret
+from harness.record import OutDirFull
 
 _AGENT_PID: list[int] = []
 
@@ -121,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             agent.broadcast({"op": "finish", "ok": False})
             return 130
+        except (OutDirFull, ConfigError) as err:       # out_dir full or unwritable: one line, every agent ends
+            agent.broadcast({"op": "finish", "ok": False})
+            print(f"[narrowband] {err}" if isinstance(err, OutDirFull) else f"error: {err}", file=sys.stderr, flush=True)
+            return 1 if isinstance(err, OutDirFull) else 2
         ok = all(s in ("ok", "skipped") for s in statuses)
         agent.broadcast({"op": "finish", "ok": ok})
         return 0 if ok else 1
