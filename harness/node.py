@@ -5,12 +5,18 @@ The engine starts one agent per host (``srun --ntasks-per-node=1``, ``torchrun -
 Every agent composes and plans the same runs (harness.plan: the placement says which roles are
 its own, harness.placement.node_rank which host it is), then, per run:
 
-1. Control (before anything is built). Agent 0 listens on MASTER_ADDR:NARROWBAND_CONTROL_PORT
-   (default 29400) on the real network, unshaped; the others connect within NARROWBAND_CONNECT_TIMEOUT_S (60 s) and
-   say hello: their address and interface (the one that routes to MASTER_ADDR), whether they may
-   shape (root or CAP_NET_ADMIN, htb, ifb, mirred, vxlan) and the digest of their plan. A host
-   that does not connect, cannot shape or planned something else ends every agent with one line
-   naming the host and what is wrong, exit 2, and nothing built anywhere.
+1. Control (before anything is built; docs/security.md). Every agent holds the run's secret
+   (NARROWBAND_SECRET_FILE, a 0600 file: ``python -m harness.node --new-secret FILE`` makes one; or
+   NARROWBAND_SECRET). Agent 0 listens on its own address towards MASTER_ADDR, port
+   NARROWBAND_CONTROL_PORT (default 29400), on the real network, unshaped; the others connect within
+   NARROWBAND_CONNECT_TIMEOUT_S (60 s), answer agent 0's challenge with their hello (their address
+   and interface, whether they may shape: root or CAP_NET_ADMIN, htb, ifb, mirred, vxlan; the digest
+   of their plan) and an HMAC-SHA256 proof, and check agent 0's proof back; every later line is
+   sealed (harness.multihost.auth), bounded and checked against its operation's schema
+   (harness.multihost.messages). A connection without the secret is told one line, dropped and
+   logged; the run does not wait on it. A host that does not connect, cannot shape or planned
+   something else ends every agent with one line naming the host and what is wrong, exit 2, and
+   nothing built anywhere.
 2. Build. Agent 0 picks the run's VXLAN id and overlay /24; every agent builds its part
    (netem.overlay.HostOverlay: its roles' namespaces, shaped per pair).
 3. Calibration gate. Every shaped pair (hub -> node and node -> hub) is probed with netem's probe
@@ -29,7 +35,8 @@ its own, harness.placement.node_rank which host it is), then, per run:
    every host; each agent always removes its part (and a SIGKILLed agent's guard removes it).
 5. Record. Agent 0 writes run.json (placement, overlay per host, calibration, status); every
    role writes its rows into the run's folder, which must be on a filesystem all hosts share (as
-   a Slurm cluster's home or scratch is); the rows of a host without one stay on that host.
+   a Slurm cluster's home or scratch is); the rows of a host without one stay on that host. An
+   out_dir that fills up or turns read-only ends every agent with one line (harness.record.close_run).
 
 Delay and jitter are the transport's job (the tc backend), as on one host. Where the agents
 may not shape (no CAP_NET_ADMIN), ``net.backend=userspace`` runs the roles on the hosts' own

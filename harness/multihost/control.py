@@ -23,8 +23,8 @@ from harness.multihost.messages import Check, Limits, parse
 
 CONTROL_PORT_ENV = "NARROWBAND_CONTROL_PORT"
 CONTROL_PORT = 29400
-MAX_LINE = 1 << 20              # bytes of one line after admission (a host's "done" with its qdiscs: ~10 kB measured)
-HELLO_MAX_LINE = 8192           # bytes of one line before admission (a hello is ~600)
+MAX_LINE = 1 << 20              # bytes of one line after admission (measured: a "done" with its qdiscs 0.4-1.6 kB)
+HELLO_MAX_LINE = 8192           # bytes of one line before admission (a hello is ~300; its problem <= 2000 chars)
 HANDSHAKE_S = 10.0              # seconds a new connection has to complete the challenge-response
 CHUNK = 65536
 

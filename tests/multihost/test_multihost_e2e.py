@@ -66,8 +66,9 @@ def _hub(run: Path):
     return rows, rows[rows["role"].isin(["learner", "server"])].sort_values("step")
 
 
-def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys):
-    """One real command for the exit status and the single line; the other case through main() in-process."""
+def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """One real command for the exit status and the single line; the other cases through main() in-process:
+    a one-host placement, and a good placement with no run secret (docs/security.md)."""
     from harness.node import main
 
     done = subprocess.run([sys.executable, "-m", "harness.node", "scenario=smoke_hilo", "only=[hilo_spar]",
@@ -78,6 +79,14 @@ def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["scenario=smoke_hilo", "only=[hilo_spar]", "placement.source=star"]) == 2
     err = capsys.readouterr().err
     assert "gives one host" in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "hosts").write_text("h0 addr=127.0.0.1\nh1 addr=127.0.0.2\n")
+    for name in ("NARROWBAND_SECRET_FILE", "NARROWBAND_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NARROWBAND_NODE_RANK", "0")
+    assert main(["scenario=smoke_hilo", "only=[hilo_spar]", "placement.source=hostfile",
+                 f"placement.hostfile={tmp_path / 'hosts'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: NARROWBAND_SECRET_FILE: not set") and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.emulated
