@@ -1,6 +1,7 @@
-"""The agent of one host: the hello and agent 0's verdict on every host (phase 1), this host's
-part of the overlay (phase 2), the two halves of the calibration probe (phase 3); ``ask`` runs an
-operation on any host (agent 0 on itself through the same ``handle``)."""
+"""The agent of one host: admission (harness.multihost.admission) and agent 0's verdict on every
+host (phase 1), this host's part of the overlay (phase 2), the two halves of the calibration probe
+(phase 3); ``ask`` runs an operation on any host (agent 0 on itself through the same ``handle``,
+which checks every operation against its schema and its context first)."""
 from __future__ import annotations
 
 import ipaddress
@@ -14,9 +15,9 @@ from typing import Any
 
 from harness.errors import ClusterError
 from harness.multihost.admission import Door, join
-from harness.multihost.control import Line, connect_timeout_s
-from harness.multihost.messages import TO_PEER, Limits, MessageError, check
+from harness.multihost.control import Line, connect_timeout_s, log
 from harness.multihost.host import HostError, Me, route_to, shaping_problem
+from harness.multihost.messages import TO_PEER, Limits, MessageError, check
 from harness.multihost.runs import Planned, digest
 
 PEER = Path(__file__).resolve().parent.parent.parent / "netem" / "peer.py"
@@ -58,7 +59,11 @@ class Agent:
         return agent
 
     def _gather(self, hello: dict, port: int, secret: bytes) -> None:
-        door = Door(self.me.addr, port, self.hosts, secret, self.limits)
+        bind = self.me.addr
+        if ipaddress.IPv4Address(bind).is_loopback:     # MASTER_ADDR resolved to this host's loopback (a
+            bind = "0.0.0.0"                            # 127.0.1.1 line in /etc/hosts): no interface is known
+            log(f"MASTER_ADDR resolves to {self.me.addr} here, a loopback address: listening on every interface")
+        door = Door(bind, port, self.hosts, secret, self.limits)
         door.gather(hello, connect_timeout_s())
         self.lines = dict(door.lines)
         problem = self._judge(door.hellos)

@@ -338,6 +338,8 @@ def test_a_rogue_connecting_first_is_told_once_and_dropped_and_the_hosts_are_adm
     assert [p for p, _ in gathering.door.refused] and len(gathering.door.refused) == 1, gathering.door.refused
     if case != "10MB-line":             # the door closes on a sender mid-line: its one line may be lost in the reset
         assert b"not admitted" in told and told.count(b"\n") <= 1, told[:300]
+    else:
+        assert f"more than {HELLO_MAX_LINE} bytes" in gathering.door.refused[0][1]
     assert took < CASE_S
     print(f"{case}: refused ({gathering.door.refused[0][1]}) after {took:.2f} s")
 
