@@ -209,7 +209,7 @@ def test_sft_clients_are_disjoint_and_skip_held_out(ctok):
         seen |= mine
     assert len(seen) == 64
     out = task.evaluate(make_lora(chat_model(ctok.vocab_size), 4, None, ["q_proj"]))
-    assert set(out) == {"eval_loss", "accuracy"} and 0 <= out["accuracy"] <= 1
+    assert set(out) == {"eval_loss", "accuracy", "answer_logprob"} and 0 <= out["accuracy"] <= 1 and out["answer_logprob"] < 0
 
 
 def test_config_errors_name_the_key(ctok):
@@ -235,6 +235,6 @@ def test_the_plan_checks_the_chat_task_before_launch(tmp_path):
             "task=chat_reward", "net.backend=model"]
     assert build_plan(compose_config(base)).onpolicy is not None
     with pytest.raises(ConfigError, match="task.chat.low"):
-        build_plan(compose_config(base + ["task.chat.low=30"]))
+        build_plan(compose_config(base + ["task.chat.low=60"]))     # above task.chat.high (50)
     with pytest.raises(ConfigError, match="task.format"):
         build_plan(compose_config(base + ["task.format=poetry"]))
