@@ -80,7 +80,7 @@ def stat(column: str, fmt: str = "{:.3f}", unit: str = "", scale: float = 1.0) -
 
 
 FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit/s", 1.0),
-           "bytes_frac": ("{:.4f}", "%", 100.0)}   # bytes sit just under or over a budget: show the digits
+           "bytes_frac": ("{:.4f}", "%", 100.0), "bytes_frac_max": ("{:.3f}", "%", 100.0)}   # bytes sit near a budget
 
 
 def claim_value(statistic: str, v: float) -> str:
@@ -89,10 +89,24 @@ def claim_value(statistic: str, v: float) -> str:
 
 
 def claim_text(c: pd.Series) -> str:
-    """``'2.50× [2.31, 2.69] (n=5)'``: estimate, 95% interval, seeds."""
+    """``'2.50× [2.31, 2.69] (n=5)'``: estimate, 95% interval, seeds; a cap: ``'max 1.598% (n=5)'``; a
+    censored estimate: ``'>= 0.61 [...] (n=5, 2 censored)'``."""
+    if str(c.get("test", "")) == "cap":
+        return f"max {claim_value(c['statistic'], c['estimate'])} (n={int(c['n_seeds'])})"
     interval = "" if _nan(c["ci_low"]) else f" [{claim_value(c['statistic'], c['ci_low'])}, " \
                                             f"{claim_value(c['statistic'], c['ci_high'])}]"
-    return f"{claim_value(c['statistic'], c['estimate'])}{interval} (n={int(c['n_seeds'])})"
+    censored = str(c.get("censored", "") or "")
+    head = ">= " if censored and not _nan(c.get("estimate")) else ""
+    tail = f", {censored.split(' of ')[0]} censored" if censored else ""
+    return f"{head}{claim_value(c['statistic'], c['estimate'])}{interval} (n={int(c['n_seeds'])}{tail})"
+
+
+def power_text(c: pd.Series) -> str:
+    """Seeds for 80% power to resolve an inconclusive claim, and which way (``'31 (met)'``), else a dash."""
+    v = c.get("seeds_80")
+    if _nan(v):
+        return DASH
+    return ("> 100000" if v == math.inf else f"{int(v)}") + (f" ({c['resolves']})" if c.get("resolves") else "")
 
 
 def short_reason(reason: str) -> str:
@@ -151,24 +165,31 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
         return out + ["No run in these results measures a headline claim (HiLo + Spar with a full-sync "
                       "baseline, or SPRA with FedIT).", ""]
     counts = frame["verdict"].value_counts()
+    held = frame["verdict_holm"].value_counts() if "verdict_holm" in frame else counts
     out += ["Each estimate is the mean of per-seed values (ratios and differences formed on the two runs of the "
-            "same seed), with its 95% Student t-interval in brackets and n the seeds it rests on. A claim is "
-            "**met** only when the whole interval is on the claim's side of the threshold, **not met** only when "
-            "the whole interval is on the other side, **inconclusive** otherwise (the interval contains or touches "
-            "the threshold, or n < 2). Full rules and per-claim seeds: `tables/claims.csv`.", "",
-            f"Verdicts: {', '.join(f'{k} {v}' for k, v in counts.items())}.", ""]
-    frame = frame.assign(text=frame.apply(claim_text, axis=1),
-                         resolve=[("≥ 10000" if v == math.inf else f"{int(v)}") if not _nan(v) else DASH
-                                  for v in frame["seeds_to_resolve"]],
+            "same seed), with its 95% Student t-interval over seeds in brackets and n the seeds it rests on. A claim "
+            "is **met** only when the whole interval is on the claim's side of the threshold, **not met** only when "
+            "the whole interval is on the other side, **inconclusive** otherwise. Each claim names its test: "
+            "non-inferiority (\"within 2%\": the lower end above 98%), superiority (a difference above 0), a bound "
+            "on a mean, or a cap (a limit on every update, judged on the largest one). *Holm* is the verdict after "
+            "Holm's adjustment for the number of claims in this table; *supported* is what the interval supports "
+            "whatever the threshold; *seeds for 80%* the seeds that would resolve an inconclusive claim with 80% "
+            "power at the observed spread, and in which direction. A seed that never reached a target counts as a "
+            "lower bound (censored), never dropped. Full rules, p-values, the equivalence (TOST) reading and the "
+            "two-level bootstrap over seeds and prompts: `tables/claims.csv`.", "",
+            f"Verdicts: {', '.join(f'{k} {v}' for k, v in counts.items())}; after Holm: "
+            f"{', '.join(f'{k} {v}' for k, v in held.items())}."
+            + (f" {frame.attrs['unjudged']} lines with fewer than 2 seeds are not judged."
+               if frame.attrs.get("unjudged") else ""), ""]
+    frame = frame.assign(text=frame.apply(claim_text, axis=1), power=frame.apply(power_text, axis=1),
+                         backed=[claim_value(st, v) if not _nan(v) else DASH
+                                 for st, v in zip(frame["statistic"], frame["supported"])],
+                         holm=frame["verdict_holm"].fillna("").astype(str) if "verdict_holm" in frame else "",
                          note=frame["note"].fillna("").astype(str))
     out += [markdown_table(frame, [("method", "method", str), ("claim", "claim", str), ("where", "where", str),
-                                   ("estimate [95% CI] (n)", "text", str), ("verdict", "verdict", str),
-                                   ("seeds to resolve", "resolve", str), ("note", "note", str)]), ""]
-    need = frame[(frame["verdict"] == "inconclusive") & frame["seeds_to_resolve"].notna()]
-    if len(need):
-        out += [f"Seeds to resolve the inconclusive claims (t half-width at the observed sd below the distance of "
-                f"the mean to the threshold): {', '.join(sorted(set(need['resolve'])))}; claims with n < 2 need "
-                "a second seed before any estimate of the spread.", ""]
+                                   ("test", "test", str), ("estimate [95% CI] (n)", "text", str),
+                                   ("verdict", "verdict", str), ("Holm", "holm", str), ("supported", "backed", str),
+                                   ("seeds for 80%", "power", str), ("note", "note", str)]), ""]
     return out
 
 
