@@ -12,7 +12,7 @@ Sources (``placement.source``):
             a host's node rank is its position in the expanded list (SLURM_NODEID on that host).
   torchrun  torchrun's environment: NNODES hosts ``node0 ... node<N-1>`` (WORLD_SIZE /
             LOCAL_WORLD_SIZE, so one agent per node: ``--nproc-per-node=1``); the node rank is
-            GROUP_RANK; addresses are exchanged at start (harness.node), MASTER_ADDR is node 0.
+            GROUP_RANK; addresses are exchanged at start (harness.commands.node), MASTER_ADDR is node 0.
   (Ray: a driver with one actor per node writes a hostfile or sets torchrun's variables:
   docs/multihost.md.)
 
@@ -294,7 +294,7 @@ def torchrun_hosts(env: Mapping[str, str]) -> list[Host]:
     world, local = env.get("WORLD_SIZE"), env.get("LOCAL_WORLD_SIZE", "1")
     if not world or "GROUP_RANK" not in env:
         raise ConfigError("placement.source: torchrun but WORLD_SIZE / GROUP_RANK are not set; start "
-                          "python -m harness.node under torchrun --nproc-per-node=1 or choose another source")
+                          "python -m harness.commands.node under torchrun --nproc-per-node=1 or choose another source")
     if not (world.isdigit() and local.isdigit() and int(local) >= 1 and int(world) % int(local) == 0):
         raise ConfigError(f"WORLD_SIZE: {world!r} / LOCAL_WORLD_SIZE {local!r} is not a whole number of nodes")
     nodes = int(world) // int(local)

@@ -109,7 +109,7 @@ TINY = (
                            "--csv", "results/tables/compress_wide.csv"),
          "compressors at LLM shapes: Spar, PowerSGD (subset and as itself), top-k, rand-k, quant on real LoRA "
          "gradients of the wide and small shapes at 0.5/1.6/5%, one process (0.9 min)"),
-    Step("sparsity", (PY, "-m", "harness.onpolicy.sparsity"),
+    Step("sparsity", (PY, "-m", "harness.commands.sparsity"),
          "bf16 update sparsity of the adapter vs learning rate and staleness (PULSE's premise), one process (1.0 min)"),
     SNR,
     REPORT,

@@ -1,4 +1,4 @@
-"""The per-host agent of a run across hosts, one concept per module (``python -m harness.node``,
+"""The per-host agent of a run across hosts, one concept per module (``python -m harness.commands.node``,
 its docstring and docs/multihost.md say what happens per run):
 
   control      the control channel between the agents: JSON lines over TCP on the real network

@@ -1,4 +1,4 @@
-"""The calibration gate (harness.node's docstring, step 3): every shaped pair (hub -> node and
+"""The calibration gate (harness.commands.node's docstring, step 3): every shaped pair (hub -> node and
 node -> hub) is probed with netem's probe (peer.py: receiver on the destination's host, sender on
 the source's) for CALIBRATION_S at the pair's rate; a pair more than CALIBRATION_TOLERANCE off the
 TCP ceiling of its configured L2 rate is probed again, up to CALIBRATION_TRIES times. Every try is

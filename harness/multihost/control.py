@@ -1,5 +1,5 @@
 """The control channel of the agents: JSON lines over TCP on the real network, unshaped (agent 0
-listens on its address towards the peers, port NARROWBAND_CONTROL_PORT; harness.node's docstring,
+listens on its address towards the peers, port NARROWBAND_CONTROL_PORT; harness.commands.node's docstring,
 step 1; docs/security.md).
 
 A Line reads at most ``max_line`` bytes per line (a longer one drops the connection), within a

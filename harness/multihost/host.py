@@ -1,5 +1,5 @@
 """This host as the others see it: its node rank, name, address and interface on the real network,
-and whether it can build the overlay (what its hello says; harness.node's docstring, step 1)."""
+and whether it can build the overlay (what its hello says; harness.commands.node's docstring, step 1)."""
 from __future__ import annotations
 
 import socket

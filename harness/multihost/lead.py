@@ -32,7 +32,7 @@ def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
 
     OmegaConf.set_struct(run.cfg, False)
     run.cfg.scenario, run.cfg.variant = run.scenario, run.variant
-    meta = {**run_metadata(run.cfg, "python -m harness.node " + " ".join(sys.argv[1:])), "run_id": run.run_id,
+    meta = {**run_metadata(run.cfg, "python -m harness.commands.node " + " ".join(sys.argv[1:])), "run_id": run.run_id,
             "scenario": run.scenario, "variant": run.variant, "backend": run.plan.backend.value,
             "backend_reason": run.plan.backend_reason + ("; across hosts: the transport paces bytes on the hosts' own "
                                                          "network, NO kernel shaping" if run.plan.backend.value == "userspace" else

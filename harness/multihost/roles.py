@@ -1,4 +1,4 @@
-"""This host's roles (harness.node's docstring, step 4): where each role runs, the payload they
+"""This host's roles (harness.commands.node's docstring, step 4): where each role runs, the payload they
 read, starting them as harness.cluster.launch does on one host, watching and stopping them."""
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def planned_runs(overrides: list[str]) -> list[Planned]:
             vcfg = compose_config(_merge_overrides(overrides, list(extra) + [f"seed={seed}"]))
             plan = build_plan(vcfg)
             if plan.placement is None or not plan.placement.multihost:
-                raise ConfigError(f"placement.source: {vcfg.placement.source!r} gives one host; python -m harness.node "
+                raise ConfigError(f"placement.source: {vcfg.placement.source!r} gives one host; python -m harness.commands.node "
                                   f"runs across hosts (hostfile, slurm, torchrun); on one host use python -m harness")
             if plan.backend.value not in ("tc", "netem", "userspace"):
                 raise ConfigError(f"net.backend: {plan.backend.value!r} across hosts is not allowed; use tc (kernel "

@@ -5,7 +5,7 @@ secret itself never crosses the network. It comes from one of (first found wins)
 
   NARROWBAND_SECRET_FILE   a file readable by its owner only (mode 0600 or stricter), on a
                            filesystem every host of the allocation sees (home, scratch);
-                           made with ``python -m harness.node --new-secret FILE``
+                           made with ``python -m harness.commands.node --new-secret FILE``
   NARROWBAND_SECRET        the secret itself, e.g. exported in the sbatch script and passed on by
                            srun (its default ``--export=ALL``)
 
@@ -26,7 +26,7 @@ SECRET_FILE_ENV = "NARROWBAND_SECRET_FILE"
 SECRET_ENV = "NARROWBAND_SECRET"
 MIN_CHARS = 32                  # characters of the secret (32 hex digits: 128 bits)
 MAX_BYTES = 4096                # a secret file larger than this is not a secret file
-HOW = (f"make one with `python -m harness.node --new-secret FILE` on the shared filesystem and export "
+HOW = (f"make one with `python -m harness.commands.node --new-secret FILE` on the shared filesystem and export "
        f"{SECRET_FILE_ENV}=FILE on every host (docs/security.md)")
 
 
@@ -78,5 +78,5 @@ def _check(data: bytes, key: str, what: str) -> bytes:
     value = data.strip()
     if len(value) < MIN_CHARS:
         raise ConfigError(f"{key}: {what} is {len(value)} characters long; allowed: at least {MIN_CHARS} "
-                          f"(`python -m harness.node --new-secret FILE` writes 64 hex digits)")
+                          f"(`python -m harness.commands.node --new-secret FILE` writes 64 hex digits)")
     return value

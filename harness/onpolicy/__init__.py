@@ -9,5 +9,5 @@
     setup.build_setup(cfg, role, device) -> Setup    policy, replica, task, sync side
     mismatch.policy_kl(...)    KL(worker policy || learner policy) on rollouts
     patch / codec              lossless sparse bf16 patches (PULSE) and their byte codec (zstd)
-    sparsity                   python -m harness.onpolicy.sparsity: bf16 update sparsity of the adapter
+    sparsity                   python -m harness.commands.sparsity: bf16 update sparsity of the adapter
 """

@@ -7,7 +7,7 @@ writes those values into its adapter, so it holds exactly the learner's adapter 
 bf16, which is what ``full_sync`` with ``method.sync_dtype=bf16`` gives it: same state, same
 checksum (SHA-256 of the bf16 view as fp32, as full sync's), same rollouts, same trajectory
 bit for bit. Fewer bytes wherever most bf16 entries did not move (docs/onpolicy.md measures
-how many do, for LoRA: ``python -m harness.onpolicy.sparsity``).
+how many do, for LoRA: ``python -m harness.commands.sparsity``).
 
 Wire format (little-endian):
 

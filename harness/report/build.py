@@ -120,7 +120,7 @@ def build_report(results_dir: Path | str = "outputs", *, progress: bool = False,
         csv.append(results_dir / "tables" / f"{name}.csv")
     log = draw_all(coll, tables, results_dir / "plots", progress=progress)
     prune_stale(results_dir / "plots", log.paths())
-    sparsity = results_dir / "tables" / "sparsity.csv"     # python -m harness.onpolicy.sparsity (one process)
+    sparsity = results_dir / "tables" / "sparsity.csv"     # python -m harness.commands.sparsity (one process)
     if sparsity.is_file():
         import pandas as pd
 

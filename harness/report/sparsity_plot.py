@@ -1,4 +1,4 @@
-"""Plot of bf16 weight-update sparsity (rows of ``python -m harness.onpolicy.sparsity``).
+"""Plot of bf16 weight-update sparsity (rows of ``python -m harness.commands.sparsity``).
 
     plot_sparsity(df, path_without_suffix) -> [png, pdf]
 
@@ -94,7 +94,7 @@ def sparsity_section(results_dir: Path) -> list[str]:
         return f"{r['mean']:.3f}{half}"
 
     n = df.seed.nunique()
-    out = ["## bf16 update sparsity of the adapter (PULSE's premise; `python -m harness.onpolicy.sparsity`)", "",
+    out = ["## bf16 update sparsity of the adapter (PULSE's premise; `python -m harness.commands.sparsity`)", "",
            f"Fraction of bf16 adapter entries unchanged from one update to the next (k=1) and over k updates, "
            f"mean over {n} seeds of each run's mean over the second half of its {int(df['update'].max())} updates, "
            "± 95% t-interval half-width. A lossless patch (`method=patch`) ships the changed ones.", "",

@@ -521,7 +521,7 @@ def appendix_section(plots: PlotLog, results_dir: Path) -> list[str]:
     sparsity = Path(results_dir) / "plots" / "sparsity.png"
     if sparsity.is_file():
         out += ["**sparsity**: bf16 update sparsity of the adapter (the section above; `python -m "
-                "harness.onpolicy.sparsity`).", "", "![sparsity](plots/sparsity.png)", ""]
+                "harness.commands.sparsity`).", "", "![sparsity](plots/sparsity.png)", ""]
     if not rest and not sparsity.is_file():
         out += ["None.", ""]
     if plots.skipped:

@@ -60,7 +60,7 @@ Federated task (``harness.tasks.federated``)
         iterator of dict(input_ids, attention_mask, labels); .loss(model, batch) -> Tensor
         (next-token cross-entropy on answer tokens); .evaluate(model) -> dict(eval_loss, accuracy)
 
-``python -m harness.tasks.headroom [--json]`` shows teacher and student accuracy and what 100
+``python -m harness.commands.headroom [--json]`` shows teacher and student accuracy and what 100
 LoRA updates of distill and reward add (docs/tasks.md).
 """
 from __future__ import annotations

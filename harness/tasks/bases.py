@@ -20,10 +20,10 @@ shape), so it can be computed from a loaded model's ``state_dict()`` as well as 
 file, and a run records the hash of the weights it started from.
 
 Command line (the recipe to rebuild them stays in each meta.json):
-    python -m harness.tasks.basetool verify            files and weights against MANIFEST.json
-    python -m harness.tasks.basetool rebuild           pretrain every shipped recipe again into a
+    python -m harness.commands.basetool verify            files and weights against MANIFEST.json
+    python -m harness.commands.basetool rebuild           pretrain every shipped recipe again into a
                                                     temporary folder and say which hashes match
-    python -m harness.tasks.basetool ship DIR [DIR..]  copy cache entries in and write the manifest
+    python -m harness.commands.basetool ship DIR [DIR..]  copy cache entries in and write the manifest
 A rebuilt student starts from the shipped teacher (its recipe's init), so each comparison
 checks one pretraining, not two.
 """

@@ -89,7 +89,7 @@ def sft_loss_shared_prefix(model, batch: dict[str, torch.Tensor]) -> torch.Tenso
     the model's forward takes no KV cache, or when it returns none (e.g. gradient checkpointing
     in training mode turns the cache off).
 
-    Speed: ``python -m harness.tasks.sft_timing`` (a ChatSFTTask batch of 8 x 56 tokens from
+    Speed: ``python -m harness.commands.sft_timing`` (a ChatSFTTask batch of 8 x 56 tokens from
     chat_sft.yaml, shared prefix 27 columns, 76 labels; SmolLM2-135M fp32, LoRA r=16 on every
     linear layer; one CPU thread; forward + backward, alternating, 3 each after a warm-up):
     sft_loss 3.51 s, this 2.18 s (medians), median ratio 1.62x."""

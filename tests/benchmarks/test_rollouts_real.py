@@ -1,6 +1,6 @@
 """Benchmark of rollouts at real size: the chat task's sampler (harness.tasks.rollouts.sample: shared
 prefill, finished rows leave the batch) against plain ``model.generate``, tokens/s per worker as a
-ratio (harness.tasks.chat_rollouts).
+ratio (harness.commands.chat_rollouts).
 
     .venv/bin/python -m pytest tests/benchmarks/test_rollouts_real.py --benchmark-enable -n 0
 
@@ -22,8 +22,8 @@ from chat_model import chat_model, chat_tokenizer  # noqa: E402
 
 from harness.tasks import make_lora  # noqa: E402
 from harness.tasks.chat import build_chat_task  # noqa: E402
-from harness.tasks.chat_headroom import SMOLLM2, model_folder, task_cfg  # noqa: E402
-from harness.tasks.chat_rollouts import measure  # noqa: E402
+from harness.commands.chat_headroom import SMOLLM2, model_folder, task_cfg  # noqa: E402
+from harness.commands.chat_rollouts import measure  # noqa: E402
 from harness.tasks.tokenizer import Tokenizer  # noqa: E402
 
 

@@ -25,9 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.validate", "harness.compose", "harness.plan"),           # deciding what a run is
     ("harness.run", "harness.multihost", "harness.report"),            # running (one host, across hosts: the
                                                                        # agent's parts) and reporting
-    ("harness.commands", "harness.__main__", "harness.bench", "harness.tune", "harness.report.__main__",
-     "harness.node", "harness.tasks.headroom", "harness.tasks.chat_headroom", "harness.tasks.sft_timing",
-     "harness.tasks.chat_rollouts", "harness.tasks.basetool", "harness.onpolicy.sparsity"),
+    ("harness.commands", "harness.__main__", "harness.bench", "harness.tune", "harness.report.__main__"),
                                                                        # entry points: harness/commands/ and the
                                                                        # aliases python -m keeps (harness.bench, ...)
 ]

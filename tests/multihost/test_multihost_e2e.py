@@ -1,4 +1,4 @@
-"""End to end across 3 stand-in hosts (namespaces on a bridge, each running python -m harness.node
+"""End to end across 3 stand-in hosts (namespaces on a bridge, each running python -m harness.commands.node
 with the environment srun gives it): the same bytes and quality per seed as the one-host star,
 every shaped pair calibrated within 10%, nothing left in any host after success, a missing host,
 or a SIGKILL of one agent; bad placement input is one line and exit 2."""
@@ -41,7 +41,7 @@ def _agents(hosts, args: list[str], out: Path, ranks=(0, 1, 2), **env) -> list[s
                    "MASTER_ADDR": hosts.nodes["h0"].addr, "NARROWBAND_CONNECT_TIMEOUT_S": "180",
                    "NARROWBAND_SECRET_FILE": str(secret_file(out)), **env}
         log = open(out / f"agent{i}.log", "w")
-        procs.append(in_host(hosts, i, [sys.executable, "-m", "harness.node", *args, "placement.source=slurm",
+        procs.append(in_host(hosts, i, [sys.executable, "-m", "harness.commands.node", *args, "placement.source=slurm",
                                         f"out_dir={out / 'multi'}", "progress=false"],
                              env=environ, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
     return procs
@@ -69,9 +69,9 @@ def _hub(run: Path):
 def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     """One real command for the exit status and the single line; the other cases through main() in-process:
     a one-host placement, and a good placement with no run secret (docs/security.md)."""
-    from harness.node import main
+    from harness.commands.node import main
 
-    done = subprocess.run([sys.executable, "-m", "harness.node", "scenario=smoke_hilo", "only=[hilo_spar]",
+    done = subprocess.run([sys.executable, "-m", "harness.commands.node", "scenario=smoke_hilo", "only=[hilo_spar]",
                            "placement.source=hostfile", f"placement.hostfile={tmp_path / 'none'}"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 2 and "cannot be read" in done.stderr

@@ -1,11 +1,11 @@
-"""Pure tier of the sparsity measurement (harness.onpolicy.sparsity): groups pick the right
+"""Pure tier of the sparsity measurement (harness.commands.sparsity): groups pick the right
 tensors and the unchanged fraction over k updates compares the two end versions only."""
 from __future__ import annotations
 
 import pandas as pd
 import torch
 
-from harness.onpolicy.sparsity import GROUPS, Group, unchanged_rows
+from harness.commands.sparsity import GROUPS, Group, unchanged_rows
 from harness.report.sparsity_plot import summary
 
 A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"

@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from harness.paths import scenario_names
 from harness.run import _merge_overrides, compose_config
-from harness.tasks import bases, basetool, cache
+from harness.commands import basetool
+from harness.tasks import bases, cache
 from harness.tasks.cache import describe_bases, load_base, locate, used_kinds
 
 
@@ -23,7 +24,7 @@ def _configs(scenario: str):
 def test_shipped_files_match_the_manifest():
     entries = bases.manifest()["entries"]
     assert {e["kind"] for e in entries.values()} == {"teacher", "student"}, (
-        "no shipped reference bases: build them and run python -m harness.tasks.basetool ship "
+        "no shipped reference bases: build them and run python -m harness.commands.basetool ship "
         "$NARROWBAND_CACHE/teacher-<hash> $NARROWBAND_CACHE/student-<hash> (docs/reproducibility.md)")
     assert bases.verify() == []
 

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.conf.schema import ModelConfig, TaskConfig
-from harness.tasks.headroom import load_section
+from harness.commands.headroom import load_section
 
 CONF = Path(__file__).resolve().parents[2] / "harness" / "conf"
 
@@ -42,7 +42,7 @@ def test_sections_take_overrides():
 def test_headroom_cli_ends_with_one_json_line(capsys):
     import json
 
-    from harness.tasks.headroom import main
+    from harness.commands.headroom import main
     micro = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=1", "model.num_heads=2",
              "model.num_kv_heads=2", "model.rank=4", "task.teacher_steps=3", "task.student_steps=2",
              "task.prompt_batch=2", "task.samples_per_prompt=2", "task.examples=64"]

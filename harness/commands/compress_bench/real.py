@@ -6,7 +6,7 @@ peft LoRA at each ``--rank`` (scale 1, every linear layer but the output: 210 ad
 matrices for SmolLM2) trained by SFT on the chat task's training split (conf/task/chat_sft.yaml:
 "17 + 5 = 22" and eos after the chat prompt, batches of ``task.batch_size`` = 8, one client
 holding the task's 512 training examples); AdamW (lr ``--lr``, 3e-4, no weight decay, gradient
-norm clipped at 1: the recipe of harness.tasks.chat_headroom) applies every step, ``--warmup``
+norm clipped at 1: the recipe of harness.commands.chat_headroom) applies every step, ``--warmup``
 steps first, then ``steps`` consecutive gradients are recorded before clipping (what hilo's
 learner hands its compressor).
 """
@@ -64,7 +64,7 @@ def chat_gradients(source: str, steps: int = 10, warmup: int = 3, seed: int = 0,
     from tqdm import tqdm
 
     from harness.tasks.chat import ChatSFTTask
-    from harness.tasks.chat_headroom import fresh, model_folder, task_cfg
+    from harness.commands.chat_headroom import fresh, model_folder, task_cfg
     from harness.tasks.tokenizer import Tokenizer
 
     folder = model_folder(source)

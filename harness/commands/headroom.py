@@ -1,6 +1,6 @@
 """Is there something to learn? Teacher, student base, and 100 LoRA updates of each task.
 
-    python -m harness.tasks.headroom [--json] [--steps 100] [model=tiny] [task.digits=2 ...]
+    python -m harness.commands.headroom [--json] [--steps 100] [model=tiny] [task.digits=2 ...]
 
 Builds (or finds in the cache) the teacher and the student base, evaluates both on the
 held-out prompts, then, in one process, trains a fresh full-rank-budget LoRA adapter on the

@@ -1,6 +1,6 @@
-"""``python -m harness.power``: how many seeds (and prompts) would decide each claim, from pilot runs.
+"""``python -m harness.commands.power``: how many seeds (and prompts) would decide each claim, from pilot runs.
 
-    python -m harness.power [--results DIR] [--claim TEXT] [--prompts 256,512,1024] [--csv PATH]
+    python -m harness.commands.power [--results DIR] [--claim TEXT] [--prompts 256,512,1024] [--csv PATH]
 
 Reads the runs under ``DIR/runs`` (default ``outputs``; the committed reference: ``results/real``),
 judges the claims as the report does (harness/report/claims.py), and for every claim line with at
@@ -132,7 +132,7 @@ def screen(table: pd.DataFrame, prompts: tuple[int, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.power", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.commands.power", description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="outputs", help="folder holding runs/ (default: outputs)")
     parser.add_argument("--claim", default=None, help="only claims whose text contains this")
     parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)), help="held-out prompt counts to size for")

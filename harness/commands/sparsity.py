@@ -1,8 +1,8 @@
 """Weight-update sparsity in bf16 (PULSE's premise, arXiv 2602.03839) measured on LoRA.
 
-    python -m harness.onpolicy.sparsity                        # default sweep, ~3 min on 1 core idle
-    python -m harness.onpolicy.sparsity --lrs 5e-4 --seeds 0 --steps 10     # a quick look
-    python -m harness.onpolicy.sparsity scenario=hilo_reward   # another scenario's task (Hydra overrides)
+    python -m harness.commands.sparsity                        # default sweep, ~3 min on 1 core idle
+    python -m harness.commands.sparsity --lrs 5e-4 --seeds 0 --steps 10     # a quick look
+    python -m harness.commands.sparsity scenario=hilo_reward   # another scenario's task (Hydra overrides)
 
 What it measures: the fraction of the adapter's bf16 entries whose bits are unchanged between
 adapter version t-k and version t (version 0 = the initialisation, version t = after update t),
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.paths import project_root
     from harness.run import compose_config
 
-    ap = argparse.ArgumentParser(prog="python -m harness.onpolicy.sparsity", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.commands.sparsity", description=__doc__.split("\n\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (default: scenario=hilo_distill)")
     ap.add_argument("--lrs", type=_floats, default=LRS, help="comma-separated learning rates")
     ap.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="comma-separated seeds (>= 3 for an interval)")

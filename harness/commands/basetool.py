@@ -1,8 +1,8 @@
 """The command line of the shipped reference bases (harness.tasks.bases is the library).
 
-    python -m harness.tasks.basetool verify            files and weights against MANIFEST.json
-    python -m harness.tasks.basetool rebuild           pretrain every shipped recipe again, compare hashes
-    python -m harness.tasks.basetool ship DIR [DIR..]  copy cache entries in and write the manifest
+    python -m harness.commands.basetool verify            files and weights against MANIFEST.json
+    python -m harness.commands.basetool rebuild           pretrain every shipped recipe again, compare hashes
+    python -m harness.commands.basetool ship DIR [DIR..]  copy cache entries in and write the manifest
 
 Kept apart from the library because rebuilding needs the pretraining cache, which itself
 loads shipped bases through harness.tasks.bases (no import cycle).
@@ -63,7 +63,7 @@ def rebuild(root: Path = BASES_DIR, threads: int | None = None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.tasks.basetool", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.commands.basetool", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("verify", help="shipped files and weights against MANIFEST.json")
     rb = sub.add_parser("rebuild", help="pretrain every shipped recipe again and compare hashes")

@@ -1,6 +1,6 @@
 """Is there something to learn on a real chat model? Base accuracy, then N updates of each mode.
 
-    python -m harness.tasks.chat_headroom [--path DIR|GGUF] [--steps 20] [--seeds 0 1] [--lr 1e-4]
+    python -m harness.commands.chat_headroom [--path DIR|GGUF] [--steps 20] [--seeds 0 1] [--lr 1e-4]
         [--eval 64] [--out results/tables/headroom_real.csv] [task.KEY=VALUE ...]
 
 In one process, on the chat task (conf/task/chat_reward.yaml; ``task.*`` overrides apply to
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from harness.tasks.chat import build_chat_task
     from harness.tasks.chat_formats import build_federated
     from harness.tasks.chat_student import student_dir
-    from harness.tasks.headroom import train
+    from harness.commands.headroom import train
     from harness.tasks.models import load_dir
     from harness.tasks.tokenizer import Tokenizer
 

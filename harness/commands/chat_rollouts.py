@@ -1,6 +1,6 @@
 """Rollout throughput at real size: the chat task's sampler against plain ``model.generate``.
 
-    python -m harness.tasks.chat_rollouts [--path DIR|GGUF] [--prompts 4] [--group 4] [--reps 2]
+    python -m harness.commands.chat_rollouts [--path DIR|GGUF] [--prompts 4] [--group 4] [--reps 2]
 
 One process, one worker's work: ``--prompts`` chat prompts of the chat task (train split) with
 ``--group`` samples each, at most ``task.max_new_tokens`` (16) new tokens, temperature 1, through a
@@ -89,7 +89,7 @@ def measure(policy, task, n_prompts: int, group: int, reps: int, ways=("sample",
 def main(argv: list[str] | None = None) -> dict[str, Rate]:
     from harness.tasks import make_lora
     from harness.tasks.chat import build_chat_task
-    from harness.tasks.chat_headroom import SMOLLM2, model_folder, task_cfg
+    from harness.commands.chat_headroom import SMOLLM2, model_folder, task_cfg
     from harness.tasks.models import load_dir
     from harness.tasks.tokenizer import Tokenizer
 

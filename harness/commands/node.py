@@ -1,4 +1,4 @@
-"""The per-host agent of a multi-host run: ``python -m harness.node scenario=NAME placement.source=... ...``.
+"""The per-host agent of a multi-host run: ``python -m harness.commands.node scenario=NAME placement.source=... ...``.
 
 The engine starts one agent per host (``srun --ntasks-per-node=1``, ``torchrun --nnodes=N
 --nproc-per-node=1``, one Ray actor per node: docs/multihost.md), each with the same overrides.
@@ -6,7 +6,7 @@ Every agent composes and plans the same runs (harness.plan: the placement says w
 its own, harness.placement.node_rank which host it is), then, per run:
 
 1. Control (before anything is built; docs/security.md). Every agent holds the run's secret
-   (NARROWBAND_SECRET_FILE, a 0600 file: ``python -m harness.node --new-secret FILE`` makes one; or
+   (NARROWBAND_SECRET_FILE, a 0600 file: ``python -m harness.commands.node --new-secret FILE`` makes one; or
    NARROWBAND_SECRET). Agent 0 listens on its own address towards MASTER_ADDR, port
    NARROWBAND_CONTROL_PORT (default 29400), on the real network, unshaped; the others connect within
    NARROWBAND_CONNECT_TIMEOUT_S (60 s), answer agent 0's challenge with their hello (their address
@@ -74,7 +74,7 @@ def _interrupt(signum, frame) -> None:
 def _new_secret(args: list[str]) -> int:
     """``--new-secret FILE``: write a fresh secret (mode 0600) and say how to use it."""
     if len(args) != 1:
-        print("usage: python -m harness.node --new-secret FILE", file=sys.stderr)
+        print("usage: python -m harness.commands.node --new-secret FILE", file=sys.stderr)
         return 2
     try:
         path = new_secret(args[0])

@@ -1,7 +1,7 @@
 """Forward + backward time of the chat SFT loss: sft_loss (every row's full sequence) against
 sft_loss_shared_prefix (the chat template's shared prefix once per batch), in one process.
 
-    python -m harness.tasks.sft_timing [--path DIR] [--batch 8] [--reps 3] [--threads 1]
+    python -m harness.commands.sft_timing [--path DIR] [--batch 8] [--reps 3] [--threads 1]
 
 One ChatSFTTask batch (conf/task/chat_sft.yaml: 4 clients, seed 0, client 0's first batch) on
 the model folder ``--path`` (default: SmolLM2-135M-Instruct dequantized to fp32 in the cache)
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
 
     from harness.tasks import build_federated, build_tokenizer, make_lora
-    from harness.tasks.chat_headroom import task_cfg
+    from harness.commands.chat_headroom import task_cfg
     from harness.tasks.data import sft_loss, sft_loss_shared_prefix, shared_prefix_len
     from harness.tasks.models import load_dir
 
