@@ -1,4 +1,4 @@
-"""Run a scenario: compose each variant, plan it (harness.plan.build_plan), launch the cluster, record the run.
+"""Run a scenario: its runs planned by harness.scenario.plan_scenario, each launched (harness.cluster) and recorded.
 
 One run = one resolved config = one directory ``<out_dir>/<scenario>/<run_id>/`` (out_dir: outputs/runs by default; the references' runs: results/runs, results/real/runs).
 The run id is ``<variant>-s<seed>-<hash>``, the hash of the resolved config (run-control keys
@@ -13,8 +13,6 @@ on the command line (also a Hydra multirun ``-m seed=0,1,2``) runs that one seed
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import shlex
@@ -28,17 +26,14 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.compose import compose_config
 from harness.paths import project_root
 from harness.record import OutDirFull, close_run, read_run_json, read_rows, set_status, writable, write_run_json
-from harness.errors import ConfigError
-from harness.plan import RunPlan, build_plan
+from harness.plan import RunPlan
+from harness.scenario import PlannedRun, plan_scenario
 from harness.tasks.source import materialise
 
-RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
 INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
-DEFAULT_PLACEMENT = {"source": "star", "hostfile": None, "pin": True, "mtu": 1400}
 
 
 @dataclass
@@ -51,57 +46,20 @@ class Outcome:
     seed: int = 0
 
 
-def _merge_overrides(base: list[str], extra: list[str]) -> list[str]:
-    """``extra`` first, then ``base``; a key the user set on the command line wins."""
-    keys = {o.split("=", 1)[0].lstrip("+~") for o in base}
-    return [o for o in extra if o.split("=", 1)[0].lstrip("+~") not in keys] + list(base)
-
-
-def scenario_name(overrides: list[str]) -> str:
-    for o in overrides:
-        if o.startswith(("scenarios@_global_=", "scenario=")):
-            return o.split("=", 1)[1]
-    return "adhoc"
-
-
-def seeds_of(cfg: DictConfig, overrides: list[str]) -> list[int]:
-    """The seeds to run: ``seed=N`` on the command line wins, else ``seeds`` ([]: ``seed``)."""
-    if any(o.lstrip("+~").startswith("seed=") for o in overrides) or not cfg.get("seeds"):
-        return [int(cfg.seed)]
-    seeds = list(cfg.seeds)
-    for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ConfigError(f"seeds: {s!r} is not a seed; use a list of integers >= 0, e.g. seeds=[0,1,2]")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds: {seeds} lists a seed twice; each seed runs once per variant")
-    return seeds
-
-
 def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
-    """Run every variant of the composed scenario (or the config itself when it has none) at
-    every seed, interleaved: seed 0 of every variant, then seed 1 of every variant, ..."""
-    scenario = scenario_name(overrides)
-    seeds = seeds_of(cfg, overrides)
-    variants = dict(cfg.variants or {})
-    if cfg.only:
-        unknown = [v for v in cfg.only if v not in variants]
-        if unknown:
-            raise ConfigError(f"only: {unknown[0]!r} is not a variant of scenario {scenario}; "
-                              f"choose from {', '.join(variants)}")
-        variants = {k: v for k, v in variants.items() if k in cfg.only}
+    """Plan every (seed, variant) of the composed scenario (harness.scenario.plan_scenario: bad input
+    fails here, before anything exists), then run them in that order: seed 0 of every variant, then
+    seed 1 of every variant, ..."""
+    runs = plan_scenario(cfg, overrides)
+    command = "python -m harness " + " ".join(shlex.quote(o) for o in _display(overrides))
+    scenario = runs[0].scenario
     outcomes: list[Outcome] = []
     try:
-        if not variants and seeds == [int(cfg.seed)]:
-            return [run_one(cfg, scenario=scenario, variant=cfg.variant, overrides=overrides)]
-        variants = variants or {cfg.variant: []}
-        composed = {}
-        for seed in seeds:                      # compose and plan all before running any
-            for name, extra in variants.items():
-                vcfg = compose_config(_merge_overrides(overrides, list(extra) + [f"seed={seed}"]))
-                composed[(seed, name)] = (vcfg, build_plan(vcfg))
-        for i, ((seed, name), (vcfg, plan)) in enumerate(composed.items()):
-            print(f"\n=== {scenario}: run {i + 1}/{len(composed)}: {name}, seed {seed} ===", flush=True)
-            outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides, plan=plan))
+        if len(runs) == 1 and not cfg.variants and runs[0].cfg is cfg:
+            return [run_one(runs[0], command)]
+        for i, run in enumerate(runs):
+            print(f"\n=== {scenario}: run {i + 1}/{len(runs)}: {run.variant}, seed {run.seed} ===", flush=True)
+            outcomes.append(run_one(run, command))
     except KeyboardInterrupt:
         _stop_interrupted(scenario, outcomes)
     _print_scenario_summary(scenario, outcomes)
@@ -115,21 +73,6 @@ def _stop_interrupted(scenario: str, outcomes: list[Outcome]) -> NoReturn:
     print("[narrowband] interrupted: the run in progress is marked 'interrupted'; run the same command "
           "again to resume (complete runs are skipped)", file=sys.stderr, flush=True)
     raise SystemExit(INTERRUPTED_EXIT) from None
-
-
-def run_id_of(cfg: DictConfig, variant: str, backend: str | None = None) -> str:
-    """``<variant>-s<seed>-<hash of the resolved config>``; ``backend``: what ``net.backend=auto``
-    resolved to on this machine (the planner's choice), hashed in its place, so a point done with
-    ``tc`` on a root machine is not taken for the same run as one done with ``userspace``."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    for key in RUN_CONTROL + ("scenario", "variant"):
-        plain.pop(key, None)
-    if plain.get("placement") == DEFAULT_PLACEMENT:     # the one-host star: ids as before placement existed
-        plain.pop("placement")
-    if backend and isinstance(plain.get("net"), dict) and plain["net"].get("backend") == "auto":
-        plain["net"]["backend"] = backend
-    digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{variant}-s{int(cfg.seed)}-{digest}"
 
 
 def _git(*args: str) -> str:
@@ -180,22 +123,66 @@ def _prepare_dir(run_dir: Path, resume: bool) -> bool:
     return True
 
 
-def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
-            plan: RunPlan | None = None) -> Outcome:
-    """Plan (unless given the plan of ``cfg``), launch, record. Never raises for a failed run:
-    the outcome says it; bad input raises ConfigError before anything exists."""
-    plan = plan or build_plan(cfg)
-    materialise(plan.model_source, progress=bool(cfg.get("progress", True)))   # a GGUF, once; ConfigError before launch
-    run_id = cfg.run_id or run_id_of(cfg, variant, plan.backend.value)
-    run_dir = project_root() / cfg.out_dir / scenario / run_id
-    with writable(run_dir.parent.parent, "creating the run's lock file"):
-        lock = _claim(run_dir)
+@dataclass
+class RunRecord:
+    """A run being recorded: its run.json as written at the start, the payload every role gets,
+    and what the end needs (start time and load). Made by :func:`open_record`, ended by
+    :func:`close_record`; the one-host launch (here) and the multi-host lead share both."""
+    run: PlannedRun
+    meta: dict[str, Any]
+    payload: dict[str, Any]
+    t0: float
+    load0: dict[str, Any]
+
+
+def open_record(run: PlannedRun, command: str, **meta: Any) -> RunRecord | None:
+    """Move an earlier incomplete attempt aside and write run.json (status running, the resolved
+    config, the plan, ``meta``); None when the run is complete already and ``resume`` is set."""
+    with writable(run.run_dir.parent.parent, "moving an earlier attempt aside"):
+        fresh = _prepare_dir(run.run_dir, bool(run.cfg.resume))
+    if not fresh:
+        print(f"[narrowband] {run.scenario}/{run.run_id}: complete already, skipped (resume=true)", flush=True)
+        return None
+    run.resolved_config()                    # scenario and variant into the config run.json records
+    plan = run.plan
+    record = {**run_metadata(run.cfg, command), "run_id": run.run_id, "scenario": run.scenario,
+              "variant": run.variant, "backend": plan.backend.value, "backend_reason": plan.backend_reason,
+              "status": "running", "reason": "", "placement": plan.placement.describe() if plan.placement else None,
+              "plan": plan.to_dict(), **meta}
+    with writable(run.run_dir.parent.parent, "writing run.json"):
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_json(run.run_dir, record)
+    return RunRecord(run, record, run.payload(), time.time(), load_snapshot())
+
+
+def close_record(rec: RunRecord, status: str, reason: str, extra: dict[str, Any]) -> tuple[str, str]:
+    """Record how the run ended (status, reason, the load it ran under, the bases' hashes, ``extra``)
+    and print its one-screen summary; (status, reason) as recorded. Raises KeyboardInterrupt for an
+    interrupted run and OutDirFull when the out_dir filled up (the next runs would meet it too)."""
+    extra = {**extra, "load": load_record(rec.load0, load_snapshot()), "bases": _bases(rec.run.plan)}
+    status, reason, full = close_run(rec.run.run_dir, status, reason, seconds=round(time.time() - rec.t0, 3),
+                                     finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
+    _print_run_summary(rec.run.run_dir, status, reason, extra["bases"])
+    if status == "interrupted":
+        raise KeyboardInterrupt
+    if full:                                 # the next runs would meet the same disk: stop with its one line
+        raise OutDirFull(full)
+    return status, reason
+
+
+def run_one(run: PlannedRun, command: str) -> Outcome:
+    """Launch one planned run and record it. Never raises for a failed run: the outcome says it;
+    bad input raised ConfigError in the planner, before anything existed."""
+    materialise(run.plan.model_source, progress=bool(run.cfg.get("progress", True)))   # a GGUF, once
+    with writable(run.run_dir.parent.parent, "creating the run's lock file"):
+        lock = _claim(run.run_dir)
     if lock is None:
-        print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {lock_path(run_dir).name}), "
-              "skipped", flush=True)
-        return Outcome(run_id, run_dir, "skipped", "running in another process", variant=variant, seed=int(cfg.seed))
+        print(f"[narrowband] {run.scenario}/{run.run_id}: running in another process (it holds "
+              f"{lock_path(run.run_dir).name}), skipped", flush=True)
+        return Outcome(run.run_id, run.run_dir, "skipped", "running in another process", variant=run.variant,
+                       seed=run.seed)
     try:
-        return _run_claimed(cfg, scenario, variant, overrides, plan, run_id, run_dir)
+        return _run_claimed(run, command)
     finally:
         os.close(lock)
 
@@ -222,38 +209,23 @@ def _claim(run_dir: Path) -> int | None:
     return fd
 
 
-def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[str], plan: RunPlan,
-                 run_id: str, run_dir: Path) -> Outcome:
+def _run_claimed(run: PlannedRun, command: str) -> Outcome:
     from harness.cluster.launch import launch
     from netem.topology import clean
 
-    backend, why = plan.backend.value, plan.backend_reason
-    with writable(run_dir.parent.parent, "moving an earlier attempt aside"):
-        fresh = _prepare_dir(run_dir, bool(cfg.resume))
-    if not fresh:
-        print(f"[narrowband] {scenario}/{run_id}: complete already, skipped (resume=true)", flush=True)
-        return Outcome(run_id, run_dir, "skipped", variant=variant, seed=int(cfg.seed))
+    rec = open_record(run, command)
+    if rec is None:
+        return Outcome(run.run_id, run.run_dir, "skipped", variant=run.variant, seed=run.seed)
     removed = clean()
     if removed:
         print(f"[narrowband] removed leftovers of earlier runs: {', '.join(removed)}", flush=True)
-    OmegaConf.set_struct(cfg, False)
-    cfg.scenario, cfg.variant = scenario, variant
-    command = "python -m harness " + " ".join(shlex.quote(o) for o in _display(overrides))
-    meta = {**run_metadata(cfg, command), "run_id": run_id, "scenario": scenario, "variant": variant,
-            "backend": backend, "backend_reason": why, "status": "running", "reason": "",
-            "placement": plan.placement.describe() if plan.placement else None, "plan": plan.to_dict()}
-    with writable(run_dir.parent.parent, "writing run.json"):
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_run_json(run_dir, meta)
-    payload = {"cfg": meta["config"], "keys": plan.run_keys(scenario, variant, run_id), "plan": plan.to_dict()}
-    t0 = time.time()
-    load0 = load_snapshot()
+    plan = run.plan
     try:
-        result = launch(plan.role_specs(), plan.entry, payload, backend=backend, backend_reason=why,
-                        run_dir=run_dir, hang_timeout_s=plan.hang_timeout_s,
-                        progress=bool(cfg.progress))
+        result = launch(plan.role_specs(), plan.entry, rec.payload, backend=plan.backend.value,
+                        backend_reason=plan.backend_reason, run_dir=run.run_dir, hang_timeout_s=plan.hang_timeout_s,
+                        progress=bool(run.cfg.progress))
         status, reason = result.status, result.reason
-        extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or meta["capabilities"],
+        extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or rec.meta["capabilities"],
                  "dropped": result.dropped}
         if result.topology.get("replay"):   # link traces on a kernel backend: t0, changes, how late
             extra["trace_replay"] = result.topology["replay"]
@@ -261,16 +233,8 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
         status, reason, extra = "interrupted", "KeyboardInterrupt", {}
     except Exception as err:  # recorded, not lost: the run is marked failed with the reason
         status, reason, extra = "failed", f"{type(err).__name__}: {err}", {}
-    extra["load"] = load_record(load0, load_snapshot())
-    extra["bases"] = _bases(plan)
-    status, reason, full = close_run(run_dir, status, reason, seconds=round(time.time() - t0, 3),
-                                     finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
-    _print_run_summary(run_dir, status, reason, extra["bases"])
-    if status == "interrupted":
-        raise KeyboardInterrupt
-    if full:                                 # the next runs would meet the same disk: stop with its one line
-        raise OutDirFull(full)
-    return Outcome(run_id, run_dir, status, reason, variant=variant, seed=int(cfg.seed))
+    status, reason = close_record(rec, status, reason, extra)
+    return Outcome(run.run_id, run.run_dir, status, reason, variant=run.variant, seed=run.seed)
 
 
 def machine_cpu_s() -> float | None:

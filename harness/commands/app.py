@@ -4,10 +4,11 @@ A scenario is a file under the top-level ``scenarios/`` folder. It may list vari
 (``variants: {name: [overrides]}``); each variant is composed anew and run as its own
 run, one after another. Multirun (``-m``) sweeps work as in any Hydra app, with any launcher.
 
-A single run's overrides are composed once before the app starts, so that a bad one (a
+A single run's overrides are composed once, before anything else, so that a bad one (a
 value of the wrong type, an unknown key, bad override syntax) ends with one line naming
-the key and exit status 2 instead of Hydra's multi-line report. With any ``-`` flag
-(``-m``, ``--cfg`` ...) that check is left to Hydra. ``--help`` / ``-h`` print narrowband's own
+the key and exit status 2 instead of Hydra's multi-line report; that config is the one that
+runs (Hydra does not compose it again). With any ``-`` flag (``-m``, ``--cfg`` ...) or a
+``hydra.*`` override the command line is Hydra's: it composes and calls the app. ``--help`` / ``-h`` print narrowband's own
 screen (harness.commands.usage: scenarios, config groups, commands; Hydra's is ``--hydra-help``), and
 a bare ``python -m harness`` says how to start and exits with status 2.
 """
@@ -28,19 +29,24 @@ register()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def _app(cfg: DictConfig) -> None:
-    from harness.run import run_scenario
+    """Hydra's entry: a multirun job, or a command line Hydra reads itself (``--cfg``, ``hydra.*``)."""
+    run(cfg, _user_overrides(), _multirun())
 
+
+def run(cfg: DictConfig, overrides: list[str], multirun: bool = False) -> None:
+    """Run the scenario of the composed ``cfg``; one line and exit 2 for bad input, exit 1 when a run failed.
+    In a multirun job every problem is an exception instead (see :func:`_multirun`)."""
     from omegaconf.errors import OmegaConfBaseException
 
+    from harness.record import OutDirFull
+    from harness.run import run_scenario
     from harness.tuning import config_error_in
 
-    from harness.record import OutDirFull
-
     try:
-        outcomes = run_scenario(cfg, overrides=_user_overrides())
+        outcomes = run_scenario(cfg, overrides=overrides)
     except OutDirFull as full:          # out_dir filled up or turned unwritable mid-run: one line, no traceback
         print(f"[narrowband] {full}", file=sys.stderr, flush=True)
-        if _multirun():
+        if multirun:
             raise
         raise SystemExit(1) from None
     except (ConfigError, OmegaConfBaseException) as raised:
@@ -48,12 +54,12 @@ def _app(cfg: DictConfig) -> None:
         if err is None:
             raise
         print(f"error: {err}", file=sys.stderr)
-        if _multirun():
+        if multirun:
             raise   # this grid point's failure (see below), not the end of the sweep
         raise SystemExit(2) from None
     failed = [o for o in outcomes if o.status not in ("ok", "skipped")]
     if failed:
-        if _multirun():
+        if multirun:
             raise RuntimeError(f"{len(failed)} run(s) failed: {', '.join(o.run_id for o in failed)}")
         raise SystemExit(1)
 
@@ -81,10 +87,16 @@ _KINDS = {"Integer": "an int", "Float": "a float", "Boolean": "a bool", "String"
 
 
 def compose_error(argv: list[str]) -> str | None:
-    """One line for overrides that do not compose (``model.rank: 'abc' is not an int ...``), or None.
+    """One line for overrides that do not compose (``model.rank: 'abc' is not an int ...``), or None."""
+    return compose_checked(argv)[0]
 
-    Only a single run's plain overrides are checked: with a ``-`` flag (multirun, help,
-    ``--cfg`` ...) Hydra reads the command line itself; ``hydra.*`` overrides are Hydra's own.
+
+def compose_checked(argv: list[str]) -> tuple[str | None, DictConfig | None]:
+    """(one line for overrides that do not compose, or None; the composed config, or None).
+
+    Only a single run's plain overrides are composed here: with a ``-`` flag (multirun, help,
+    ``--cfg`` ...) Hydra reads the command line itself, and ``hydra.*`` overrides are Hydra's own
+    (then the config is None: Hydra composes it). A config composed here is the one that runs.
     """
     from hydra.errors import HydraException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
@@ -92,12 +104,13 @@ def compose_error(argv: list[str]) -> str | None:
     from harness.compose import compose_config
 
     if any(a.startswith("-") for a in argv):
-        return None
+        return None, None
     overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    hydra_reads = len(overrides) != len(argv)
     try:
         cfg = compose_config(overrides)
     except OverrideParseException as err:
-        return f"{_bad_syntax(overrides)}: {str(err).splitlines()[0]} (see Hydra's override grammar)"
+        return f"{_bad_syntax(overrides)}: {str(err).splitlines()[0]} (see Hydra's override grammar)", None
     except (HydraException, OmegaConfBaseException) as err:
         cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
         first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
@@ -106,10 +119,10 @@ def compose_error(argv: list[str]) -> str | None:
         given = next((v for k, v in named if k == key), None)
         kind = re.search(r"could not be converted to (\w+)", first)
         if kind and given is not None:
-            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first})"
+            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first})", None
         key = next((k for k, _ in named if k.startswith(f"{key}.")), key)
-        return f"{key}: {first}" if key != first else first
-    return value_error(cfg, overrides)
+        return (f"{key}: {first}" if key != first else first), None
+    return value_error(cfg, overrides), (None if hydra_reads else cfg)
 
 
 def value_error(cfg, overrides: list[str]) -> str | None:
@@ -158,11 +171,14 @@ def main() -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    error = compose_error(sys.argv[1:])
+    error, cfg = compose_checked(sys.argv[1:])
     if error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2)
-    _app()
+    if cfg is None:
+        _app()                      # Hydra reads the command line (multirun, --cfg, hydra.* overrides)
+    else:
+        run(cfg, list(sys.argv[1:]))     # composed once: the config checked above is the one that runs
 
 
 if __name__ == "__main__":

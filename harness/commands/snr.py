@@ -53,7 +53,7 @@ def task_gradients(overrides: list[str], modules: list[str], seed: int) -> dict[
     """G = dL/dW for each named weight of the student base, on one batch of the federated task."""
     from omegaconf import OmegaConf
 
-    from harness.run import compose_config
+    from harness.compose import compose_config
     from harness.tasks import build_federated, build_tokenizer, load_base
 
     cfg = OmegaConf.to_container(compose_config(["method=spra", "task=federated", *overrides]), resolve=True)
@@ -153,7 +153,7 @@ def client_round_gradients(overrides: list[str], modules: list[str], seed: int, 
     """
     from omegaconf import OmegaConf
 
-    from harness.run import compose_config
+    from harness.compose import compose_config
     from harness.tasks import build_federated, build_tokenizer, load_base
 
     cfg = OmegaConf.to_container(compose_config(["method=spra", "task=federated", *overrides]), resolve=True)

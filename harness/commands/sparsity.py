@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.errors import ConfigError
     from harness.paths import project_root
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     ap = argparse.ArgumentParser(prog="python -m harness.commands.sparsity", description=__doc__.split("\n\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (default: scenario=hilo_distill)")

@@ -193,7 +193,7 @@ class Sweep:
         return bool((hit & ((p["lr"] - lr).abs() <= 1e-12 * lr)).any())
 
     def run(self, overrides: list[str], variant: str, lr: float, seed: int) -> None:
-        from harness.run import compose_config
+        from harness.compose import compose_config
 
         fam = family(compose_config(overrides))
         fixed = [f"{lr_key(fam)}={lr}", f"seed={seed}", "task.eval_split=validation"]
@@ -259,13 +259,14 @@ class Sweep:
 
 
 def tune_variant(sweep: Sweep, base: list[str], variant: str, extra: list[str], opts: dict[str, Any]) -> None:
-    from harness.run import _merge_overrides, compose_config
+    from harness.compose import compose_config
+    from harness.scenario import merge_overrides
 
     fam = family(compose_config(base))
     extra = [o for o in extra if not o.lstrip("+~").startswith(f"{lr_key(fam)}=")]
     if fam == "onpolicy":
         extra = training_overrides(extra)      # the entry's training; the scenario's own link and horizon
-    over = _merge_overrides(base, extra)
+    over = merge_overrides(base, extra)
     section = compose_config(over)[fam]
     optimizer = str(section.get("optimizer", "sgd"))
     grid = sorted(opts["lrs"] or GRIDS.get(optimizer, GRIDS["sgd"]))
@@ -284,7 +285,7 @@ def tune_variant(sweep: Sweep, base: list[str], variant: str, extra: list[str], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     try:
         opts, overrides = parse(list(sys.argv[1:] if argv is None else argv))

@@ -18,6 +18,7 @@ from harness.multihost.admission import Door, join
 from harness.multihost.control import Line, connect_timeout_s, log
 from harness.multihost.host import HostError, Me, route_to, shaping_problem
 from harness.multihost.messages import TO_PEER, Limits, MessageError, check
+from harness.backends import backend_of
 from harness.multihost.runs import Planned, digest
 
 PEER = Path(__file__).resolve().parent.parent.parent / "netem" / "peer.py"
@@ -49,7 +50,7 @@ class Agent:
         iface = host.iface or iface
         agent = cls(Me(rank, host.name, addr, iface), len(placement.hosts), [h.name for h in placement.hosts])
         agent.limits = Limits(hosts=agent.hosts, runs=len(runs))
-        wanted = runs[0].plan.backend.value != "userspace"
+        wanted = backend_of(runs[0].plan.backend).kernel
         hello = {"op": "hello", "rank": rank, "host": host.name, "addr": addr, "iface": iface,
                  "problem": shaping_problem() if wanted else "", "digest": digest(runs)}
         if rank == 0:

@@ -47,9 +47,7 @@ def follow(agent: Agent, runs: list[Planned], progress: bool) -> int:
                            "exit_codes": {}, "dropped": [], "qdiscs": {}})
                 continue
             run = agent.current
-            payload = {"cfg": _config(run), "keys": run.plan.run_keys(run.scenario, run.variant, run.run_id),
-                       "plan": run.plan.to_dict()}
-            start_roles(agent, run, payload, msg["master_addr"], msg["master_port"], msg["trace_t0"])
+            start_roles(agent, run, run.payload(), msg["master_addr"], msg["master_port"], msg["trace_t0"])
             stop = threading.Thread(target=_listen_for_stop, args=(agent, line), name="stop", daemon=True)
             stop.start()
             status, reason = watch_roles(agent, run, progress)
@@ -86,11 +84,3 @@ def _listen_for_stop(agent: Agent, line: Line) -> None:
     if msg is None:
         print(f"[narrowband] node {agent.me.name}: agent 0 went away during the run; stopping this host's roles",
               file=sys.stderr, flush=True)
-
-
-def _config(run: Planned) -> dict:
-    from omegaconf import OmegaConf
-
-    OmegaConf.set_struct(run.cfg, False)
-    run.cfg.scenario, run.cfg.variant = run.scenario, run.variant
-    return OmegaConf.to_container(run.cfg, resolve=True)

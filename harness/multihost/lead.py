@@ -7,49 +7,37 @@ import sys
 import threading
 import time
 
+from harness.backends import backend_of
 from harness.errors import ClusterError
 from harness.multihost.agent import Agent, ask
 from harness.multihost.calibration import calibrate, calibration_problem, pairs
 from harness.multihost.messages import MessageError
 from harness.multihost.roles import kill_roles, local_result, start_roles, watch_roles
 from harness.multihost.runs import Planned
+from harness.run import close_record
 
 MASTER_PORT = 29500                 # the TCPStore, on the hub's overlay address
 
 
 def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
     """Agent 0's part of one run; returns its status (run.json is written here)."""
-    from harness.record import OutDirFull, close_run, writable, write_run_json
-    from harness.run import _bases, _prepare_dir, load_record, load_snapshot, run_metadata
+    from harness.run import open_record
 
-    with writable(run.run_dir.parent.parent, "moving an earlier attempt aside"):
-        fresh = _prepare_dir(run.run_dir, bool(run.cfg.resume))
-    if not fresh:
+    link = backend_of(run.plan.backend)
+    how = ("; across hosts: the transport paces bytes on the hosts' own network, NO kernel shaping" if not link.kernel
+           else "; across hosts: VXLAN overlay, HTB per pair (netem/overlay.py)")
+    rec = open_record(run, "python -m harness.commands.node " + " ".join(sys.argv[1:]),
+                      backend_reason=run.plan.backend_reason + how, multihost=True)
+    if rec is None:
         agent.broadcast({"op": "skip", "index": index})
-        print(f"[narrowband] {run.scenario}/{run.run_id}: complete already, skipped (resume=true)", flush=True)
         return "skipped"
-    from omegaconf import OmegaConf
-
-    OmegaConf.set_struct(run.cfg, False)
-    run.cfg.scenario, run.cfg.variant = run.scenario, run.variant
-    meta = {**run_metadata(run.cfg, "python -m harness.commands.node " + " ".join(sys.argv[1:])), "run_id": run.run_id,
-            "scenario": run.scenario, "variant": run.variant, "backend": run.plan.backend.value,
-            "backend_reason": run.plan.backend_reason + ("; across hosts: the transport paces bytes on the hosts' own "
-                                                         "network, NO kernel shaping" if run.plan.backend.value == "userspace" else
-                                                         "; across hosts: VXLAN overlay, HTB per pair (netem/overlay.py)"),
-            "status": "running", "reason": "", "placement": run.plan.placement.describe(), "multihost": True}
-    with writable(run.run_dir.parent.parent, "writing run.json"):
-        run.run_dir.mkdir(parents=True, exist_ok=True)
-        write_run_json(run.run_dir, meta)
-    payload = {"cfg": meta["config"], "keys": run.plan.run_keys(run.scenario, run.variant, run.run_id), "plan": run.plan.to_dict()}
-    t0, load0 = time.time(), load_snapshot()
+    payload = rec.payload
     status, reason, extra = "failed", "", {"overlays": {}, "calibration": [], "hosts": {}}
     agent.current = run
     try:
         for host in range(1, agent.hosts):
             ask(agent, host, {"op": "run", "index": index}, timeout=120)
-        kernel = run.plan.backend.value != "userspace"
-        if kernel:
+        if link.kernel:
             vni, tag = secrets.randbelow(2 ** 24 - 2) + 1, secrets.randbelow(200) + 20
             subnet = f"10.{tag}.{secrets.randbelow(254) + 1}"
             for host in range(agent.hosts):
@@ -58,9 +46,10 @@ def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
             print(f"[narrowband] node: overlay VXLAN {vni} on {subnet}.0/24 across {agent.hosts} hosts; calibrating "
                   f"{len(pairs(run.plan))} pairs", flush=True)
             extra["calibration"] = calibrate(agent, run, {i: extra["overlays"][n] for i, n in enumerate(agent.names)})
-            for rec in extra["calibration"]:
-                print(f"[narrowband]   {rec['pair']}: {rec['measured_bps'] / 1e6:.2f} Mbit/s of {rec['tcp_ceiling_bps'] / 1e6:.2f} "
-                      f"({rec['ratio']:.1%}), rtt {rec['rtt_s'] * 1e3:.2f} ms", flush=True)
+            for pair in extra["calibration"]:
+                print(f"[narrowband]   {pair['pair']}: {pair['measured_bps'] / 1e6:.2f} Mbit/s of "
+                      f"{pair['tcp_ceiling_bps'] / 1e6:.2f} ({pair['ratio']:.1%}), rtt {pair['rtt_s'] * 1e3:.2f} ms",
+                      flush=True)
             problem = calibration_problem(extra["calibration"])
             if problem:
                 raise ClusterError(problem)
@@ -80,15 +69,7 @@ def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
                 ask(agent, host, {"op": "teardown"}, timeout=60)
             except (ClusterError, OSError) as err:
                 print(f"[narrowband] node: teardown on {agent.names[host]}: {err}", file=sys.stderr, flush=True)
-        extra["load"] = load_record(load0, load_snapshot())
-        extra["bases"] = _bases(meta["config"])
-        status, reason, full = close_run(run.run_dir, status, reason, seconds=round(time.time() - t0, 3),
-                                         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
-    print(f"[narrowband] run {run.run_id}: {status}{(' - ' + reason) if reason else ''}", flush=True)
-    if status == "interrupted":
-        raise KeyboardInterrupt
-    if full:                                 # the next runs would meet the same disk: stop with its one line
-        raise OutDirFull(full)
+    status, reason = close_record(rec, status, reason, extra)
     return status
 
 

@@ -64,7 +64,7 @@ def _scenario_model(scenario: str) -> str:
     from harness.errors import ConfigError
 
     try:
-        from harness.run import compose_config
+        from harness.compose import compose_config
         model = compose_config([f"scenario={scenario}"]).model
         return model_label({"name": model.get("name"), "path": model.get("path")})
     except (ConfigError, Exception):  # noqa: BLE001 - a scenario that no longer composes is "–", not a crash

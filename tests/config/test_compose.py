@@ -11,7 +11,8 @@ import pytest
 from harness.paths import scenario_names
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
-from harness.run import _merge_overrides, compose_config, run_id_of
+from harness.compose import compose_config
+from harness.scenario import merge_overrides, run_id_of
 from harness.validate import group_options
 
 
@@ -21,7 +22,7 @@ def test_every_scenario_and_variant_composes_and_validates(scenario):
     variants = dict(cfg.variants or {}) or {"default": []}
     ids = set()
     for name, extra in variants.items():
-        vcfg = compose_config(_merge_overrides([f"scenario={scenario}"], list(extra)))
+        vcfg = compose_config(merge_overrides([f"scenario={scenario}"], list(extra)))
         plan = build_plan(vcfg)
         assert plan.role_specs() and plan.roles[0].rank == 0, name
         assert RunPlan.from_dict(plan.to_dict()) == plan, name       # what the roles receive is the plan
@@ -43,7 +44,7 @@ def test_scenario_files_open_with_what_command_and_expectation():
 
 
 def test_user_override_wins_over_variant():
-    merged = _merge_overrides(["model.rank=8", "scenario=x"], ["method=hilo", "model.rank=64"])
+    merged = merge_overrides(["model.rank=8", "scenario=x"], ["method=hilo", "model.rank=64"])
     assert merged == ["method=hilo", "model.rank=8", "scenario=x"]
 
 

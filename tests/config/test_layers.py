@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,
                                                                        # supervise, role) and the wire
     ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
-    ("harness.validate", "harness.compose", "harness.plan"),           # deciding what a run is
+    ("harness.validate", "harness.compose", "harness.plan", "harness.scenario"),   # deciding what a run is
     ("harness.run", "harness.multihost", "harness.report"),            # running (one host, across hosts: the
                                                                        # agent's parts) and reporting
     ("harness.commands", "harness.__main__", "harness.bench", "harness.tune", "harness.report.__main__"),

@@ -11,7 +11,8 @@ from harness.errors import ConfigError
 from harness.federated.settings import Settings
 from harness.onpolicy.setup import OnPolicyPlan
 from harness.plan import Backend, MethodKind, RunPlan, build_plan
-from harness.run import _merge_overrides, compose_config
+from harness.compose import compose_config
+from harness.scenario import merge_overrides
 from netem.spec import parse_rate, parse_time
 
 HILO = ["scenario=smoke_hilo"]
@@ -20,7 +21,7 @@ SPRA = ["scenario=smoke_spra"]
 
 def variant_cfg(base: list[str], variant: str, *extra: str):
     cfg = compose_config(base)
-    return compose_config(_merge_overrides([*base, *extra], list(cfg.variants[variant])))
+    return compose_config(merge_overrides([*base, *extra], list(cfg.variants[variant])))
 
 
 def test_onpolicy_plan_reads_the_config_once_and_round_trips():

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
-from harness.plan import build_plan
-from harness.run import _claim, _merge_overrides, compose_config, run_id_of, run_one
+from harness.compose import compose_config
+from harness.run import _claim, run_one
+from harness.scenario import merge_overrides, planned
 
 
 def test_a_claimed_run_id_cannot_be_claimed_again_until_released(tmp_path):
@@ -22,13 +23,14 @@ def test_a_claimed_run_id_cannot_be_claimed_again_until_released(tmp_path):
 
 def test_a_run_held_by_another_process_is_skipped_and_left_alone(tmp_path):
     base = ["scenario=smoke_hilo", f"out_dir={tmp_path}", "progress=false"]
-    cfg = compose_config(_merge_overrides(base, list(compose_config(base).variants["full_sync"])))
-    run_dir = tmp_path / "smoke_hilo" / run_id_of(cfg, "full_sync", build_plan(cfg).backend.value)
+    cfg = compose_config(merge_overrides(base, list(compose_config(base).variants["full_sync"])))
+    run = planned(cfg, "smoke_hilo", "full_sync")
+    run_dir = run.run_dir
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text('{"status": "running"}')     # a live run's folder
     held = _claim(run_dir)
     try:
-        outcome = run_one(cfg, "smoke_hilo", "full_sync", base)
+        outcome = run_one(run, "python -m harness " + " ".join(base))
     finally:
         os.close(held)
     assert outcome.status == "skipped" and outcome.reason == "running in another process"

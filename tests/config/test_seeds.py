@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import ConfigError
-from harness.run import compose_config, run_id_of, seeds_of
+from harness.compose import compose_config
+from harness.scenario import run_id_of, seeds_of
 
 
 def test_seeds_list_is_used_unless_the_command_line_names_a_seed():

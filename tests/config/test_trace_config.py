@@ -8,7 +8,8 @@ import warm_cli
 
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
-from harness.run import _merge_overrides, compose_config
+from harness.compose import compose_config
+from harness.scenario import merge_overrides
 from netem.trace import load
 
 HILO = ["scenario=smoke_hilo", "net.backend=model"]
@@ -68,5 +69,5 @@ def test_shipped_scenario_trace_variants_plan():
     for scenario, variant in (("hilo_distill", "hilo_spar_trace"), ("spra_federated", "spra_trace")):
         base = [f"scenario={scenario}", "net.backend=model"]
         cfg = compose_config(base)
-        plan = build_plan(compose_config(_merge_overrides(base, list(cfg.variants[variant]))))
+        plan = build_plan(compose_config(merge_overrides(base, list(cfg.variants[variant]))))
         assert plan.keys["trace"] and any(r.up.trace for r in plan.roles)

@@ -110,7 +110,7 @@ def test_a_horizon_curve_evaluates_every_k_updates_without_changing_the_trajecto
 def test_a_missing_selected_file_is_one_config_error_naming_the_command(root) -> None:
     from omegaconf import OmegaConf
 
-    from harness.run import compose_config
+    from harness.compose import compose_config
     from harness.tuning import config_error_in
 
     over = OmegaConf.to_container(compose_config(["scenario=hilo_distill"]).variants, resolve=False)["hilo_spar_10mbit"]

@@ -29,7 +29,8 @@ def _backend() -> str:
 def smoke(tmp_path_factory):
     """{variant: (outcome, rows)} of smoke_spra with client 2 leaving in round DROP_ROUND."""
     from harness.record import read_rows
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     out = tmp_path_factory.mktemp("runs")
     overrides = ["scenario=smoke_spra", f"out_dir={out}", f"federated.rounds={ROUNDS}", "progress=false",

@@ -35,7 +35,8 @@ START_S = 300
 
 
 def _run(overrides: list[str]):
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     warm_cache(overrides)
     return run_scenario(compose_config(overrides), overrides)
@@ -56,7 +57,7 @@ def _seed_with_slow_and_fast(links: list[str], rounds: int) -> tuple[int, set[in
     """A seed whose sampled clients include one surely late (uplink < SLOW_MBIT: ~75 kB of B takes
     > 8 s) and one surely in time (both directions >= 10 Mbit/s), from the plan (no run needed)."""
     from harness.plan import build_plan
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     for seed in range(50):
         pop = build_plan(compose_config([*BASE, *links, f"seed={seed}"])).federated.population

@@ -60,7 +60,8 @@ def test_every_variant_lr_is_read_from_its_own_tuning_entry() -> None:
 
 
 def test_scenario_lrs_agree_with_the_committed_tuning_file() -> None:
-    from harness.run import _merge_overrides, compose_config
+    from harness.compose import compose_config
+    from harness.scenario import merge_overrides
 
     scenarios = {k: v for k, v in _federated_scenarios().items() if _tuned(k)}
     if not scenarios:
@@ -72,7 +73,7 @@ def test_scenario_lrs_agree_with_the_committed_tuning_file() -> None:
         assert (table["seeds"] >= 2).all(), "every selected lr needs >= 2 seeds"
         chosen = dict(zip(table["variant"], table["lr"]))
         for name, over in variants.items():
-            cfg = compose_config(_merge_overrides([f"scenario={scenario}"], list(over)))
+            cfg = compose_config(merge_overrides([f"scenario={scenario}"], list(over)))
             entry = _entry(scenario, name, over, variants)
             assert entry in chosen, f"{scenario}.{entry} is not in {selected_path(scenario)}"
             assert float(cfg.federated.lr) == chosen[entry]

@@ -77,7 +77,8 @@ def test_slurm_and_torchrun_environments():
 
 def test_the_plan_carries_the_placement_and_the_roles_their_slots():
     from harness.plan import RunPlan, build_plan
-    from harness.run import compose_config, run_id_of
+    from harness.compose import compose_config
+    from harness.scenario import run_id_of
 
     cfg = compose_config(["scenario=smoke_hilo", "net.backend=model"])
     plan = build_plan(cfg)

@@ -25,7 +25,8 @@ def _backend() -> str:
 def smoke(tmp_path_factory):
     """{variant: (outcome, rows)} of smoke_hilo with a fault at update FAULT_STEP on worker 1."""
     from harness.record import read_rows
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     out = tmp_path_factory.mktemp("runs")
     overrides = ["scenario=smoke_hilo", f"out_dir={out}", f"onpolicy.steps={STEPS}", "progress=false",

@@ -18,7 +18,8 @@ def runs(tmp_path_factory):
     from netem.caps import probe
 
     from harness.record import read_rows
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     out = tmp_path_factory.mktemp("runs")
     overrides = ["scenario=smoke_hilo", "only=[full_sync,patch]", "method.sync_dtype=bf16", f"out_dir={out}",

@@ -18,7 +18,8 @@ def stale(tmp_path_factory):
     from netem.caps import probe
 
     from harness.record import read_rows
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     out = tmp_path_factory.mktemp("runs")
     overrides = ["scenario=smoke_hilo", f"out_dir={out}", f"onpolicy.steps={STEPS}", "progress=false",

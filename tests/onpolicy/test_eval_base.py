@@ -16,11 +16,12 @@ def _learner(tmp_path, name: str, *extra: str):
     from harness.onpolicy.inproc import run_in_threads
     from harness.plan import build_plan
     from harness.record import read_rows
-    from harness.run import _merge_overrides, compose_config
+    from harness.compose import compose_config
+    from harness.scenario import merge_overrides
 
     base = ["scenario=smoke_hilo", f"onpolicy.steps={STEPS}", "onpolicy.eval_every=0", "progress=false", *extra]
     variants = OmegaConf.to_container(compose_config(base).variants, resolve=False)
-    cfg = compose_config(_merge_overrides(base, list(variants["full_sync"])))
+    cfg = compose_config(merge_overrides(base, list(variants["full_sync"])))
     here = tmp_path / name
     here.mkdir()
     run_in_threads(OmegaConf.to_container(cfg, resolve=True), here, plan=build_plan(cfg).to_dict())

@@ -28,7 +28,9 @@ def both(tmp_path_factory):
     from harness.onpolicy.inproc import run_in_threads
     from harness.plan import build_plan
     from harness.record import read_rows
-    from harness.run import _merge_overrides, compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.scenario import merge_overrides
+    from harness.run import run_scenario
 
     out = tmp_path_factory.mktemp("runs")
     base = ["scenario=smoke_hilo", f"out_dir={out}", f"onpolicy.steps={STEPS}", "onpolicy.eval_every=2",
@@ -39,7 +41,7 @@ def both(tmp_path_factory):
     result = {}
     for o in outcomes:
         assert o.status == "ok", f"{o.variant}: {o.reason}"
-        vcfg = compose_config(_merge_overrides(base, list(variants[o.variant])))
+        vcfg = compose_config(merge_overrides(base, list(variants[o.variant])))
         here = tmp_path_factory.mktemp(f"inproc-{o.variant}")
         run_in_threads(OmegaConf.to_container(vcfg, resolve=True), here, plan=build_plan(vcfg).to_dict())
         result[o.variant] = tuple(read_rows(d) for d in (o.run_dir, here))

@@ -124,7 +124,7 @@ def test_bad_codec_or_level_is_one_line(codec, level, key):
                                            ("method.codec_level=30", "method.codec_level")])
 def test_bad_codec_fails_validation_before_launch(override, key):
     from harness.plan import build_plan
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     cfg = compose_config(["method=patch", override])
     with pytest.raises(ConfigError) as err:

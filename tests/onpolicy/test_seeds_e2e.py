@@ -25,7 +25,8 @@ def _backend() -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     net = f"net.backend={_backend()}"
     first = COMMON + [net, "only=[full_sync,hilo_spar]", "seeds=[0,1]", f"out_dir={tmp_path_factory.mktemp('a')}"]

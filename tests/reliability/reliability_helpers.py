@@ -200,7 +200,7 @@ def warm_cache(overrides: list[str]) -> None:
 
     The learner pretrains a missing model inside the run without heartbeats, so with the
     short hang timeouts of these tests a cold cache would read as a hang."""
-    from harness.run import compose_config
+    from harness.compose import compose_config
     from harness.tasks import pretrained
 
     cfg = compose_config(overrides)

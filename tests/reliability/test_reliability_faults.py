@@ -50,7 +50,8 @@ def _watch_ends(monkeypatch) -> list[float]:
 
 
 def _run(overrides: list[str]):
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     warm_cache(overrides)
     return run_scenario(compose_config(overrides), overrides)
@@ -443,7 +444,8 @@ def test_a_cold_cache_is_built_inside_the_run_with_heartbeats(scenario, kernel_b
     hang_s = COLD_HANG_S[scenario]
     overrides = [*base, f"out_dir={out_dir}", f"net.backend={kernel_backend}", f"net.hang_timeout_s={hang_s:g}",
                  "task.student_init=scratch", "task.student_steps=150", "task.teacher_steps=150"]
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     started = time.monotonic()
     (outcome,) = run_scenario(compose_config(overrides), overrides)      # no warm_cache: that is the point

@@ -81,7 +81,8 @@ def tripwires(monkeypatch):
 
 
 def _run(overrides: list[str]):
-    from harness.run import compose_config, run_scenario
+    from harness.compose import compose_config
+    from harness.run import run_scenario
 
     return run_scenario(compose_config(overrides), overrides)
 

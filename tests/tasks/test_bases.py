@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.paths import scenario_names
-from harness.run import _merge_overrides, compose_config
+from harness.compose import compose_config
+from harness.scenario import merge_overrides
 from harness.commands import basetool
 from harness.tasks import bases, cache
 from harness.tasks.cache import describe_bases, load_base, locate, used_kinds
@@ -18,7 +19,7 @@ from harness.tasks.cache import describe_bases, load_base, locate, used_kinds
 def _configs(scenario: str):
     cfg = compose_config([f"scenario={scenario}"])
     for name, extra in (dict(cfg.variants or {}) or {"default": []}).items():
-        yield name, compose_config(_merge_overrides([f"scenario={scenario}"], list(extra)))
+        yield name, compose_config(merge_overrides([f"scenario={scenario}"], list(extra)))
 
 
 def test_shipped_files_match_the_manifest():

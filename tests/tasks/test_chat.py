@@ -228,7 +228,7 @@ def test_config_errors_name_the_key(ctok):
 def test_the_plan_checks_the_chat_task_before_launch(tmp_path):
     from chat_model import save_chat_model
     from harness.plan import build_plan
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     folder = save_chat_model(tmp_path / "chat")
     base = ["scenario=smoke_hilo", "model=hf", f"model.path={folder}", "model.targets=[q_proj,v_proj]", "model.rank=4",

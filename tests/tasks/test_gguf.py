@@ -163,10 +163,11 @@ def _planned(scenario: str, variant: str, *extra: str) -> tuple[dict, dict]:
     from omegaconf import OmegaConf
 
     from harness.plan import build_plan
-    from harness.run import _merge_overrides, compose_config
+    from harness.compose import compose_config
+    from harness.scenario import merge_overrides
 
     base = [f"scenario={scenario}"]
-    cfg = compose_config(_merge_overrides([*base, *extra], list(compose_config(base).variants[variant])))
+    cfg = compose_config(merge_overrides([*base, *extra], list(compose_config(base).variants[variant])))
     return OmegaConf.to_container(cfg, resolve=True), build_plan(cfg).to_dict()
 
 
@@ -351,7 +352,7 @@ def test_a_file_missing_weights_is_named_not_filled_at_random(tmp_path, monkeypa
 
 
 def test_the_smollm2_preset_points_at_the_wheel_without_importing_it():
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     cfg = compose_config(["model=smollm2"])
     assert cfg.model.name == "hf" and cfg.model.path.startswith(gc.PKG) and list(cfg.model.targets) == ["all-linear"]

@@ -90,7 +90,7 @@ def test_an_unsupported_architecture_fails_before_launch_with_one_line(tmp_path,
     # command: its exit status and single line); the error is the line the command prints
     from harness.errors import ConfigError
     from harness.plan import build_plan
-    from harness.run import compose_config
+    from harness.compose import compose_config
 
     monkeypatch.setenv("NARROWBAND_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ConfigError) as err:
