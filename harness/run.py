@@ -223,7 +223,7 @@ def _run_claimed(run: PlannedRun, command: str) -> Outcome:
     try:
         result = launch(plan.role_specs(), plan.entry, rec.payload, backend=plan.backend.value,
                         backend_reason=plan.backend_reason, run_dir=run.run_dir, hang_timeout_s=plan.hang_timeout_s,
-                        progress=bool(run.cfg.progress))
+                        progress=bool(run.cfg.progress), seed=plan.seed)
         status, reason = result.status, result.reason
         extra = {"qdiscs": result.qdiscs, "capabilities": result.caps or rec.meta["capabilities"],
                  "dropped": result.dropped}

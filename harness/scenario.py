@@ -50,9 +50,8 @@ class PlannedRun:
         return OmegaConf.to_container(self.cfg, resolve=True)
 
     def payload(self) -> dict:
-        """What every role process receives (harness.cluster.launch): the row keys and the plan."""
-        return {"cfg": self.resolved_config(), "keys": self.plan.run_keys(self.scenario, self.variant, self.run_id),
-                "plan": self.plan.to_dict()}
+        """What every role process receives (harness.cluster.launch): the row keys and the plan, nothing else."""
+        return {"keys": self.plan.run_keys(self.scenario, self.variant, self.run_id), "plan": self.plan.to_dict()}
 
 
 def merge_overrides(base: list[str], extra: list[str]) -> list[str]:

@@ -129,7 +129,7 @@ def _check_backend(net: Any) -> None:
         why = caps.notes.get(qdisc if caps.netns else "netns", "not found")
         raise ConfigError(f"net.backend: {net.backend!r} needs network namespaces and sch_{qdisc}, which this "
                           f"machine lacks ({why}); use net.backend=auto (best here: {best_available(caps)})")
-    if not backend_of(backend).drops_packets:          # (reached only with loss > 0 here)
+    if not backend_of(backend).kernel:          # (reached only with loss > 0 here)
         key, loss = lossy[0]
         raise ConfigError(f"{key}.loss: {loss!r} cannot be emulated on the {backend} backend (only kernel netem "
                           "drops packets); use loss 0% or net.backend=netem on a kernel with sch_netem")

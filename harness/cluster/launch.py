@@ -107,11 +107,12 @@ def check_roles(roles: list[RoleSpec], entry: str, backend: str) -> None:
 
 
 def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "auto", run_dir: Path,
-           hang_timeout_s: float = 180.0, progress: bool = True, backend_reason: str = "") -> ClusterResult:
+           hang_timeout_s: float = 180.0, progress: bool = True, backend_reason: str = "", seed: int = 0) -> ClusterResult:
     """Run ``entry(ctx)`` in one process per role on emulated links; always tears everything down.
 
-    ``backend_reason`` is why a caller that resolved ``auto`` itself got ``backend``; it is printed
-    instead of "asked for".
+    ``payload`` is what every role's ``ctx`` carries (a run's ``{"keys", "plan"}``). ``seed``: the
+    run's seed (RunPlan.seed), which seeds the transport's per-message delays. ``backend_reason`` is
+    why a caller that resolved ``auto`` itself got ``backend``; it is printed instead of "asked for".
     """
     t0 = time.monotonic()
     resolved, why = resolve_backend(backend)
@@ -140,7 +141,7 @@ def launch(roles: list[RoleSpec], entry: str, payload: dict, *, backend: str = "
         try:
             places = _places(roles, resolved, stack, result)
             payload_path = _write_payload(run_dir, roles, entry, payload, resolved, places, hang_timeout_s,
-                                          result.topology.get("t0") or time.time())
+                                          result.topology.get("t0") or time.time(), seed)
             env = _base_env(len(roles), places[0]["addr"], _master_port(resolved))
             forking = how == "fork" and _may_fork(entry)
             for rank, (role, place) in enumerate(zip(roles, places)):
@@ -194,13 +195,11 @@ def _places(roles: list[RoleSpec], backend: str, stack: ExitStack, result: Clust
 
 
 def _write_payload(run_dir: Path, roles: list[RoleSpec], entry: str, payload: dict, backend: str,
-                   places: list[dict], hang_timeout_s: float, trace_t0: float) -> Path:
+                   places: list[dict], hang_timeout_s: float, trace_t0: float, seed: int) -> Path:
     """``trace_t0``: when link traces start (wall clock): the topology's t0 on kernel backends (the
     replay thread's clock), the payload's writing elsewhere (the model integrates from there)."""
-    cfg = payload.get("cfg", payload) if isinstance(payload, dict) else {}
     spec = {
-        "entry": entry, "backend": backend, "run_dir": str(run_dir), "payload": payload,
-        "seed": int(cfg.get("seed", 0) or 0) if isinstance(cfg, dict) else 0,
+        "entry": entry, "backend": backend, "run_dir": str(run_dir), "payload": payload, "seed": int(seed),
         "wait_s": float(hang_timeout_s) + WAIT_MARGIN_S,
         "links": LinkTable(tuple(r.up for r in roles), tuple(r.down for r in roles)).to_json(),
         "trace_t0": trace_t0,

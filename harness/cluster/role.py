@@ -28,7 +28,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_EVERY_S = 0.5      # at most this often for repeated, unchanged beats
@@ -65,9 +65,38 @@ class Heartbeat:
             self.fd = None       # parent gone: PR_SET_PDEATHSIG ends us
 
 
+@runtime_checkable
+class RoleContext(Protocol):
+    """What an entry function ``module:function(ctx)`` may rely on, whoever runs it: a role process
+    (:class:`ProcessRoleContext`, below) or an in-process runner (harness.onpolicy.inproc.ThreadCtx,
+    harness.federated.inproc.FakeCtx). The entry reads nothing else of ``ctx``.
+
+    ``plan``: what the launch sent the entry: for a run, ``RunPlan.to_dict()`` (the roles decode it
+    once, ``harness.runplan.RunPlan.from_dict``); ``channel`` has the Channel interface (send, recv,
+    broadcast, scatter, gather, barrier; ``modelled``: transfer seconds are modelled, not measured;
+    ``links``: the LinkTable, or None without links); ``run_dir``: the run's folder (None: none of its
+    own, in process); ``names[r]``: the role name of rank r; ``backend``: what carries the links.
+    """
+    rank: int
+    world_size: int
+    role: str
+    device: str                      # cpu | cuda:i
+    channel: Any
+    run_dir: Path | None
+    recorder: Any                    # harness.record.Recorder
+    backend: str
+    names: list[str]
+    plan: dict
+
+    def wire(self) -> Any: ...       # netem.counters.Counters of this role's interface now
+    def heartbeat(self, step: int) -> None: ...
+    def progress(self) -> None: ...
+
+
 @dataclass
-class RoleContext:
-    """What an entry function gets: who it is, the config, the channel, the recorder.
+class ProcessRoleContext:
+    """The RoleContext of a role process (harness.cluster.launch): who it is, what the launch sent
+    (``payload``: a run's ``{"keys", "plan"}``, or an entry's own options), the channel, the recorder.
 
     ``device`` is ``cpu`` or ``cuda:i`` (a GPU is used only when asked for and present).
     ``names[r]`` is the role name of rank r; ``backend`` the resolved link backend.
@@ -77,7 +106,7 @@ class RoleContext:
     world_size: int
     role: str
     device: str
-    cfg: dict
+    payload: dict
     channel: Any                     # harness.wire.transport.Channel
     run_dir: Path
     recorder: Any                    # harness.record.Recorder
@@ -85,8 +114,17 @@ class RoleContext:
     names: list[str] = field(default_factory=list)
     netns: str | None = None
     ifname: str | None = None
-    plan: dict | None = None         # harness.plan.RunPlan.to_dict() of the run (None: a bare config)
     _beat: Heartbeat = field(default_factory=lambda: Heartbeat(None), repr=False)
+
+    @property
+    def plan(self) -> dict:
+        """The run's ``RunPlan.to_dict()`` ({} for an entry launched without one, e.g. the self-test)."""
+        return dict(self.payload.get("plan") or {})
+
+    @property
+    def options(self) -> dict:
+        """A non-run entry's own options (``payload["cfg"]``, e.g. the cluster self-test's phases)."""
+        return dict(self.payload.get("cfg") or {})
 
     def wire(self):
         """This role's interface counters now (netem.counters.Counters; zeros without a namespace).
@@ -174,14 +212,13 @@ def run(payload_path: Path, rank: int) -> int:
     beat.send("ready")
     run_dir = Path(spec["run_dir"])
     payload = spec["payload"]
-    cfg = payload.get("cfg", payload)            # {"cfg": ..., "keys": ...} or the config itself
     keys = {**(payload.get("keys") or {}), "backend": spec["backend"], "host": me.get("host", "local"),
             "device": device, "cpus": ",".join(map(str, cpus)),
             "oversubscribed": oversubscribed(payload.get("plan"))}
-    ctx = RoleContext(rank=rank, world_size=world_size, role=me["name"], device=device, cfg=cfg,
-                      channel=None, run_dir=run_dir, recorder=Recorder(run_dir, keys, me["name"]),
-                      backend=spec["backend"], names=[r["name"] for r in spec["roles"]],
-                      netns=me.get("netns"), ifname=me.get("ifname"), plan=payload.get("plan"), _beat=beat)
+    ctx = ProcessRoleContext(rank=rank, world_size=world_size, role=me["name"], device=device, payload=payload,
+                             channel=None, run_dir=run_dir, recorder=Recorder(run_dir, keys, me["name"]),
+                             backend=spec["backend"], names=[r["name"] for r in spec["roles"]],
+                             netns=me.get("netns"), ifname=me.get("ifname"), _beat=beat)
     links = LinkTable.from_json(spec["links"], t0=float(spec.get("trace_t0") or 0.0))
     ctx.channel = Channel(rank, world_size, links, spec["backend"],
                           seed=int(spec.get("seed", 0)), wait_s=wait_s, on_progress=ctx.progress)

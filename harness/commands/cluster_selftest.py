@@ -33,7 +33,7 @@ from netem.names import NETNS_DIR
 
 
 def main(ctx: RoleContext) -> None:
-    options = ctx.cfg.get("selftest", {})
+    options = ctx.options.get("selftest", {})
     for phase in options.get("phases", ["exchange"]):
         {"exchange": exchange, "probe": probe, "idle": idle, "hang": hang, "where": where,
          "damaged": damaged}[phase](ctx, options)

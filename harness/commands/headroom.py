@@ -58,7 +58,7 @@ def train(task, policy, steps: int, lr: float, seed: int, desc: str, every: int 
     for step in bar:
         if every and step % every == 0:
             curve.append([step, task.evaluate(policy, eval_n)["accuracy"]])
-        prompts = task.prompts("train", int(task.cfg["prompt_batch"]), seed, step)
+        prompts = task.prompts("train", int(task.cfg.prompt_batch), seed, step)
         rollouts = task.rollout(policy, prompts, task.samples, gen)
         loss, metrics = task.loss(policy, rollouts)
         opt.zero_grad(set_to_none=True)

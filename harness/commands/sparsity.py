@@ -91,12 +91,12 @@ def run_one(cfg: dict, lr: float, seed: int, steps: int, ks: tuple[int, ...], ta
     from harness.seeds import derive
     from harness.onpolicy.state import adapter_params, make_optimizer
     from harness.tasks import make_lora
+    from harness.tasks.plans import model_plan
 
-    model_cfg, task_cfg, op = cfg["model"], cfg["task"], cfg["onpolicy"]
+    model, task_cfg, op = model_plan(cfg["model"]), cfg["task"], cfg["onpolicy"]
     torch.manual_seed(seed)
-    policy = make_lora(teacher_free_policy(), rank=int(cfg["method"].get("rank") or model_cfg["rank"]),
-                       alpha=model_cfg.get("alpha"), targets=list(model_cfg["targets"]),
-                       init=model_cfg.get("lora_init", "default"), seed=seed)
+    policy = make_lora(teacher_free_policy(), rank=int(cfg["method"]["rank"] or model.rank),
+                       alpha=model.alpha, targets=list(model.targets), init=model.lora_init, seed=seed)
     params = adapter_params(policy)
     opt = make_optimizer(params, op["optimizer"], lr, float(op["weight_decay"]))
     history = [{n: bf16_bits(p) for n, p in params.items()}]

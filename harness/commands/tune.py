@@ -223,7 +223,9 @@ class Sweep:
     def _federated(self, cfg: dict, seed: int) -> dict[str, float]:
         """The final validation loss and accuracy of one federated run (in-process backend)."""
         from harness.federated.inproc import run_in_threads
+        from harness.federated.settings import from_cfg
         from harness.record import read_rows
+        from harness.tasks.plans import model_plan
         from harness.tasks import build_federated, build_tokenizer, load_base
 
         fed = cfg["federated"]
@@ -233,8 +235,9 @@ class Sweep:
             self._cache = {key: (build_federated(cfg["task"], tok, int(fed["clients"]), seed),
                                  load_base("student", cfg["model"], cfg["task"], progress=False))}
         task, base = self._cache[key]
+        settings = from_cfg(cfg)              # the planner's federated part (the population is refused in process)
         with tempfile.TemporaryDirectory() as tmp:
-            run_in_threads(cfg, Path(tmp), task, base)
+            run_in_threads(settings, model_plan(cfg["model"]), Path(tmp), task, base)
             rows = read_rows(tmp)
         server = rows[rows.role == "server"].dropna(subset=["eval_loss"]).sort_values("step")
         return {"val_loss": float(server.eval_loss.iloc[-1]), "val_accuracy": float(server.accuracy.iloc[-1])}
@@ -250,7 +253,7 @@ class Sweep:
 
         plan = build_plan(composed)            # every knob checked as a real run's
         with tempfile.TemporaryDirectory() as tmp:
-            run_in_threads(cfg, Path(tmp), plan=plan.to_dict())
+            run_in_threads(plan, Path(tmp))
             rows = read_rows(tmp)
         learner = rows[rows.role == "learner"].dropna(subset=["accuracy"]).sort_values("step")
         distill = cfg["task"]["name"] == "distill"

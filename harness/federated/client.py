@@ -84,7 +84,7 @@ def link_columns(ctx: Any, rank: int) -> dict[str, float]:
     ``rate_mbit`` / ``delay_ms`` (key columns) are set to the downlink's, the direction the
     model and merges come down. Unshaped or unknown: NaN rate, 0 delay.
     """
-    links = getattr(ctx.channel, "links", None)
+    links = ctx.channel.links
     if links is None:
         return {}
 
@@ -238,7 +238,7 @@ def run(ctx: Any, party: Party, trains_a: bool) -> None:
     names, s = client.names, client.s
     pending: dict[str, Any] = {}
     links = link_columns(ctx, ctx.rank)
-    run_dir = getattr(ctx, "run_dir", None)
+    run_dir = ctx.run_dir
     token = Path(run_dir) / ".compute.token" if s.isolate_compute and run_dir is not None else None
 
     def finish(msg: DownMsg, wire_now: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,16 @@ from harness.federated import client as fclient
 from harness.federated import methods as fmethods
 from harness.federated import server as fserver
 from harness.federated.party import build_party
-from harness.federated.settings import from_cfg
+from harness.conf.schema import ModelConfig
+from harness.federated.settings import Settings
 from harness.record import Recorder
 from harness.wire.transport import Transfer
 
 
 class QueueChannel:
     """The Channel interface over in-process queues; transfers take 0 s; ``dead`` ranks fail."""
+    links = None             # no links: no rate or delay columns
+    modelled = False         # transfers are not modelled: they take 0 s
 
     def __init__(self, rank: int, world_size: int, boxes: dict, dead: set[int], abort: threading.Event) -> None:
         self.rank, self.world_size, self.hub = rank, world_size, 0
@@ -83,12 +86,17 @@ class Wire:
 
 @dataclass
 class FakeCtx:
+    """A RoleContext (harness.cluster.role) of one party thread: no links, no folder, no interface."""
     rank: int
     world_size: int
-    cfg: dict
+    role: str
     channel: QueueChannel
     recorder: Recorder
     device: str = "cpu"
+    backend: str = "inproc"
+    names: list[str] = field(default_factory=list)
+    plan: dict = field(default_factory=dict)          # the parties get their plan parts directly
+    run_dir: Path | None = None
 
     def wire(self) -> Wire:
         return Wire()
@@ -96,16 +104,19 @@ class FakeCtx:
     def heartbeat(self, step: int) -> None:
         pass
 
+    def progress(self) -> None:
+        pass
 
-def run_in_threads(cfg: dict, run_dir: Path, task: Any, base: Any, dead: set[int] | None = None,
-                   keys: dict[str, Any] | None = None) -> dict[int, Any]:
-    """Run the server and every client of ``cfg`` (a resolved plain dict) in threads.
+
+def run_in_threads(settings: Settings, model: ModelConfig, run_dir: Path, task: Any, base: Any,
+                   dead: set[int] | None = None, keys: dict[str, Any] | None = None) -> dict[int, Any]:
+    """Run the server and every client of a planned federated run (``settings``, the typed ``model``)
+    in threads.
 
     ``task`` is the federated task every party shares; ``base`` the student model each
     party deep-copies. Rows go to ``run_dir`` (harness.record). Returns {rank: party};
     raises the first exception of any thread (after all have finished or timed out).
     """
-    settings = from_cfg(cfg)
     if settings.population is not None:
         raise ConfigError(f"federated.population: {settings.population.size!r} is not supported by the in-process "
                           "backend (it runs the classic loop, one thread per client); leave it unset here")
@@ -115,15 +126,17 @@ def run_in_threads(cfg: dict, run_dir: Path, task: Any, base: Any, dead: set[int
     abort = threading.Event()
     parties, errors = {}, []
     keys = keys or {"run_id": "inproc", "method": settings.method, "seed": settings.seed}
+    names = ["server"] + [f"client{k}" for k in range(settings.clients)]
 
     def role(rank: int) -> None:
         try:
-            name = "server" if rank == 0 else f"client{rank - 1}"
+            name = names[rank]
             r = settings.r_max if rank == 0 else settings.ranks[rank - 1]
-            party = build_party(cfg, settings, r, task=task, base=copy.deepcopy(base))
+            party = build_party(model, None, settings, r, task=task, base=copy.deepcopy(base))
             parties[rank] = party
             method = fmethods.build(settings.method, party.setup)
-            ctx = FakeCtx(rank, world, cfg, QueueChannel(rank, world, boxes, dead, abort), Recorder(run_dir, keys, name))
+            ctx = FakeCtx(rank, world, name, QueueChannel(rank, world, boxes, dead, abort),
+                          Recorder(run_dir, keys, name), names=names)
             if rank == 0:
                 fserver.run(ctx, party, method)
             else:

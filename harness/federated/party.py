@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from harness.conf.schema import ModelConfig, TaskConfig
 from harness.federated import methods as fm
 from harness.federated.adapter import Adapter, Target
 from harness.federated.projection import draw, merge
@@ -27,29 +28,30 @@ class Party:
     task: Any                    # harness.tasks FederatedTask
     setup: fm.Setup
     device: str
-    source: Any = None           # the plan's ModelSource it was loaded from (None: resolved from the config)
+    model_plan: ModelConfig      # the RunPlan's typed model and task (another rank's party is built
+    task_plan: TaskConfig | None  # from them: pool.py; the task None where a test handed one over)
+    source: Any = None           # the plan's ModelSource it was loaded from (None: a base handed over in tests)
 
     @property
     def targets(self) -> list[Target]:
         return self.adapter.targets
 
 
-def build_party(cfg: dict, settings: Settings, rank: int, device: str = "cpu", *,
+def build_party(model_cfg: ModelConfig, task_cfg: TaskConfig, settings: Settings, rank: int, device: str = "cpu", *,
                 task: Any = None, base: Any = None, source: Any = None) -> Party:
     """Load the student base, wrap it with LoRA at ``rank`` (A and B zero: set by the method).
 
-    ``task`` and ``base`` (a plain transformers model, used as is) replace the configured
-    ones in tests; normally every party loads the cached student and builds the task.
-    ``source``: the RunPlan's ``model_source``: the student is loaded from the folder it names
-    (None: resolved from ``cfg``, for a party built from a bare config).
+    ``model_cfg``, ``task_cfg``: the RunPlan's typed parts. ``task`` and ``base`` (a plain
+    transformers model, used as is) replace the planned ones in tests and the tuning protocol;
+    otherwise every party loads the student from the folder the RunPlan's ``model_source`` names
+    and builds the task.
     """
     from harness.tasks import make_lora
 
-    model_cfg, task_cfg = cfg["model"], cfg["task"]
     if base is None:
         from harness.tasks import load_base
         base = load_base("student", model_cfg, task_cfg, progress=False, source=source)
-    model = make_lora(base, rank=int(rank), alpha=model_cfg.get("alpha"), targets=list(model_cfg["targets"]),
+    model = make_lora(base, rank=int(rank), alpha=model_cfg.alpha, targets=list(model_cfg.targets),
                       init="zeros", seed=settings.seed).to(device)
     adapter = Adapter(model, a_var_rank=settings.a_var_rank)
     if task is None:
@@ -57,7 +59,7 @@ def build_party(cfg: dict, settings: Settings, rank: int, device: str = "cpu", *
         task = build_federated(task_cfg, build_tokenizer(model_cfg, source), settings.clients, settings.seed)
     setup = fm.Setup(targets=adapter.targets, ranks=list(settings.ranks), seed=settings.seed,
                      resample_every=settings.resample_every, aggregation=settings.aggregation)
-    return Party(settings, model, adapter, task, setup, device, source)
+    return Party(settings, model, adapter, task, setup, device, model_cfg, task_cfg, source)
 
 
 class Bases:

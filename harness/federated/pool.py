@@ -182,8 +182,8 @@ class Identities:
         s = self.first.settings
         rank = s.ranks[k]
         if rank not in self.parties:
-            self.parties[rank] = build_party(self.ctx.cfg, s, rank, device=self.ctx.device, task=self.first.task,
-                                             source=self.first.source)
+            self.parties[rank] = build_party(self.first.model_plan, self.first.task_plan, s, rank, device=self.ctx.device,
+                                             task=self.first.task, source=self.first.source)
         client = Client(self.parties[rank], k, self.trains_a)
         for _ in range(uses * s.local_steps):     # k's batch stream, where its last round left it
             next(client.batches)
@@ -199,7 +199,7 @@ def execute(ctx: Any, party: Party, trains_a: bool) -> None:
     ids = Identities(ctx, party, trains_a)
     s, names, ch = party.settings, party.adapter.names, ctx.channel
     deadline = s.population.deadline_s
-    run_dir = getattr(ctx, "run_dir", None)
+    run_dir = ctx.run_dir
     token = Path(run_dir) / ".compute.token" if s.isolate_compute and run_dir is not None else None
     t = 0
     while True:

@@ -1,7 +1,7 @@
 """Entry of the federated role processes: ``harness.federated.roles:main`` (see harness.cluster.launch).
 
-Rank 0 is the server, rank k+1 is client k. Every process reads the same Settings from
-the config, builds its party (student base + LoRA at its rank, the task) and runs its
+Rank 0 is the server, rank k+1 is client k. Every process decodes the same RunPlan (its
+Settings, model and task), builds its party (student base + LoRA at its rank, the task) and runs its
 loop: server.py or client.py. Nothing here talks to the network except through
 ``ctx.channel``.
 """
@@ -11,9 +11,8 @@ from typing import Any
 
 from harness.federated import methods
 from harness.federated.party import build_party
-from harness.federated.settings import Settings, from_cfg
+from harness.runplan import RunPlan
 from harness.tasks.cache import ensure_pretrained
-from harness.tasks.source import of_plan
 
 # Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
 # of a role's start-up is importing these.
@@ -24,18 +23,17 @@ def main(ctx: Any) -> None:
     """Run the server (rank 0) or client ``rank - 1`` of the configured federated method."""
     from harness.federated import client, server
 
-    plan = getattr(ctx, "plan", None)             # the launcher's RunPlan (dict); a bare config in tests
-    settings = Settings.from_dict(plan["federated"]) if plan else from_cfg(ctx.cfg)
+    plan = RunPlan.from_dict(ctx.plan)            # decoded once, here; nothing is read from a config
+    settings = plan.federated
     pop = settings.population
     processes = (pop.executors if pop else settings.clients) + 1
     if ctx.world_size != processes:
         raise ValueError(f"federated: {processes - 1} {'executors' if pop else 'clients'} need {processes} processes, "
                          f"the cluster has {ctx.world_size}")
-    source = of_plan(plan)                        # where the bases are: decided once, by the plan
-    ensure_pretrained(ctx.cfg, ctx.rank, beat=ctx.progress, source=source)   # rank 0 builds a missing base
+    ensure_pretrained(plan.model, plan.task, plan.model_source, ctx.rank, beat=ctx.progress)   # rank 0 builds a missing base
     # a population: rank 0 serves, the others execute sampled clients, starting at client 0's rank (pool.py)
     rank = settings.r_max if ctx.rank == 0 else settings.ranks[0 if pop is not None else ctx.rank - 1]
-    party = build_party(ctx.cfg, settings, rank, device=ctx.device, source=source)
+    party = build_party(plan.model, plan.task, settings, rank, device=ctx.device, source=plan.model_source)
     method = methods.build(settings.method, party.setup)
     if pop is not None:
         from harness.federated import pool

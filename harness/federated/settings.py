@@ -114,8 +114,8 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         _need(int(fed[key]) >= 1, f"federated.{key}: {fed[key]!r} must be an integer >= 1")
     population = None
     if fed.get("population") is not None:        # N simulated clients (population.py) instead of `clients`
-        population, ranks = fpop.from_cfg(fed, int(cfg.get("seed", 0)), int(fed["rounds"]),
-                                          int(cfg["task"].get("examples", 2048)))
+        population, ranks = fpop.from_cfg(fed, int(cfg["seed"]), int(fed["rounds"]),
+                                          int(cfg["task"]["examples"]))
         clients = population.size
     _need(0 < float(fed["fraction"]) <= 1, f"federated.fraction: {fed['fraction']!r} is outside (0, 1]")
     _need(float(fed["lr"]) > 0, f"federated.lr: {fed['lr']!r} must be > 0")
@@ -125,26 +125,26 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
           f"method.resample_every: {method['resample_every']!r} must be >= 0 (0: never resample)")
     _need(fed["drop_policy"] in DROP_POLICIES, f"federated.drop_policy: {fed['drop_policy']!r} is not allowed; "
                                                f"choose one of {', '.join(DROP_POLICIES)}")
-    optimizer = fed.get("optimizer", "sgd")
+    optimizer = fed["optimizer"]
     _need(optimizer in OPTIMIZERS, f"federated.optimizer: {optimizer!r} is not allowed; choose one of {', '.join(OPTIMIZERS)}")
-    a_variance = str(method.get("a_variance", "rank"))
+    a_variance = str(method["a_variance"])
     _need(a_variance in A_VARIANCES, f"method.a_variance: {a_variance!r} is not allowed; choose one of "
                                      f"{', '.join(A_VARIANCES)} (A_k = Z / sqrt(r_k) or Z / sqrt(r_ref))")
-    gamma, lam = float(method.get("prune_gamma", 1.0)), float(method.get("prune_lambda", 0.0))
+    gamma, lam = float(method["prune_gamma"]), float(method["prune_lambda"])
     _need(0 < gamma <= 1, f"method.prune_gamma: {gamma!r} is outside (0, 1] (rank decay factor; 1: never prune)")
     _need(lam >= 0, f"method.prune_lambda: {lam!r} must be >= 0 (weight of the tail penalty)")
     pruners = [n for n, cls in METHODS.items() if cls.prunes]
     _need(METHODS[name].prunes or (gamma == 1.0 and lam == 0.0),
           f"method.prune_gamma/prune_lambda: {gamma!r}/{lam!r} set for method {name!r}; only {', '.join(pruners)} "
           f"self-prunes (leave them at 1.0/0.0)")
-    aggregation = str(fed.get("aggregation", "column"))
+    aggregation = str(fed["aggregation"])
     _need(aggregation in AGGREGATIONS, f"federated.aggregation: {aggregation!r} is not allowed; choose one of "
                                        f"{', '.join(AGGREGATIONS)}")
     shared = [n for n, cls in METHODS.items() if cls.seeded_basis]
     _need(aggregation == "column" or METHODS[name].seeded_basis,
           f"federated.aggregation: product is not allowed with method {name!r}; it is exact in B alone only "
           f"with a shared A ({', '.join(shared)}); column for the others")
-    split = cfg["task"].get("eval_split", "test")
+    split = cfg["task"]["eval_split"]
     _need(split in ("test", "validation"), f"task.eval_split: {split!r} is not allowed; choose test or validation")
     r_ref = int(fed["r_ref"]) if fed.get("r_ref") else max(ranks)
     _need(r_ref >= 1, f"federated.r_ref: {fed.get('r_ref')!r} must be >= 1")
@@ -153,10 +153,10 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         method=name, clients=clients, ranks=ranks, rounds=int(fed["rounds"]), local_steps=int(fed["local_steps"]),
         fraction=float(fed["fraction"]), lr=float(fed["lr"]), r_ref=r_ref, lr_rule=str(method["lr_rule"]),
         resample_every=int(method["resample_every"]), eval_every=int(fed["eval_every"]),
-        drop_policy=str(fed["drop_policy"]), optimizer=optimizer, momentum=float(fed.get("momentum", 0.0)),
-        batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg.get("seed", 0)),
-        fault_drop_round=int(fed.get("fault_drop_round", -1)), fault_drop_client=int(fed.get("fault_drop_client", 0)),
-        isolate_compute=bool(fed.get("isolate_compute", True)), a_variance=a_variance,
+        drop_policy=str(fed["drop_policy"]), optimizer=optimizer, momentum=float(fed["momentum"]),
+        batch_size=int(cfg["task"]["batch_size"]), seed=int(cfg["seed"]),
+        fault_drop_round=int(fed["fault_drop_round"]), fault_drop_client=int(fed["fault_drop_client"]),
+        isolate_compute=bool(fed["isolate_compute"]), a_variance=a_variance,
         prune_gamma=gamma, prune_lambda=lam, population=population, aggregation=aggregation,
         reference=reference(),
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,16 +64,17 @@ class BarrierChannel(QueueChannel):
 
 @dataclass
 class ThreadCtx:
-    """The RoleContext fields the on-policy roles read (harness.cluster.role.RoleContext)."""
+    """A RoleContext (harness.cluster.role) of one role thread: no links, no folder, no interface."""
     rank: int
     world_size: int
     role: str
-    cfg: dict
     channel: BarrierChannel
     recorder: Recorder
     device: str = "cpu"
     backend: str = "inproc"
-    plan: dict | None = None
+    names: list[str] = field(default_factory=list)
+    plan: dict = field(default_factory=dict)     # RunPlan.to_dict() (the setups were built from the RunPlan)
+    run_dir: Path | None = None
 
     def wire(self) -> Wire:
         return Wire()
@@ -90,27 +91,22 @@ def role_names(workers: int) -> list[str]:
     return ["learner"] + [f"worker{i}" for i in range(workers)]
 
 
-def run_in_threads(cfg: dict, run_dir: Path, keys: dict[str, Any] | None = None,
-                   plan: dict | None = None) -> None:
-    """Run the learner and every worker of ``cfg`` (a resolved plain dict of an on-policy run) in
-    threads; rows go to ``run_dir`` as a real run's (harness.record, one file set per role).
-
-    ``plan`` is the RunPlan dict the roles would receive (None: planned from ``cfg``, as a role
-    started with a bare config). Raises the first exception of any thread, after every thread
-    has ended (a failed role breaks the barrier and the queues, so the others end too).
+def run_in_threads(plan: Any, run_dir: Path, keys: dict[str, Any] | None = None) -> None:
+    """Run the learner and every worker of ``plan`` (the RunPlan of an on-policy run, what the roles
+    would receive) in threads; rows go to ``run_dir`` as a real run's (harness.record, one file set
+    per role). Raises the first exception of any thread, after every thread has ended (a failed
+    role breaks the barrier and the queues, so the others end too).
     """
     from harness.cluster.launch import ROLE_THREADS
     from harness.onpolicy.roles import run_learner, run_worker
-    from harness.onpolicy.setup import build_setup, role_plan
+    from harness.onpolicy.setup import build_setup
     from harness.tasks.cache import ensure_pretrained
-    from harness.tasks.source import of_plan
 
-    op_plan = role_plan(cfg, plan)
+    op_plan = plan.onpolicy
     world = op_plan.workers + 1
     names = role_names(op_plan.workers)
     keys = keys or {"run_id": "inproc", "method": op_plan.method, "seed": op_plan.seed}
-    source = of_plan(plan)                           # the plan's model_source (None: resolved from cfg)
-    ensure_pretrained(cfg, 0, source=source)         # the cached bases, built once before any role starts
+    ensure_pretrained(plan.model, plan.task, plan.model_source, 0)   # the cached bases, built once before any role
     threads_before = torch.get_num_threads()
     torch.set_num_threads(ROLE_THREADS)              # the bits of training depend on the thread count
     boxes = {(a, b): queue.Queue() for a in range(world) for b in range(world) if a != b}
@@ -119,14 +115,15 @@ def run_in_threads(cfg: dict, run_dir: Path, keys: dict[str, Any] | None = None,
     setups = []
     try:
         for rank in range(world):                    # one after another: make_lora seeds the global generator
-            setup = build_setup(cfg, "learner" if rank == 0 else "worker", "cpu", plan=op_plan, source=source)
+            setup = build_setup(op_plan, plan.model, plan.task, plan.model_source,
+                                "learner" if rank == 0 else "worker", "cpu")
             setup.sync.warm_up()
             setups.append(setup)
 
         def role(rank: int) -> None:
             recorder = Recorder(run_dir, keys, names[rank])
-            ctx = ThreadCtx(rank, world, names[rank], cfg, BarrierChannel(rank, world, boxes, barrier, abort),
-                            recorder, plan=plan)
+            ctx = ThreadCtx(rank, world, names[rank], BarrierChannel(rank, world, boxes, barrier, abort),
+                            recorder, names=names, plan=plan.to_dict())
             try:
                 torch.set_num_threads(ROLE_THREADS)  # OpenMP's count is per thread
                 (run_learner if rank == 0 else run_worker)(ctx, setups[rank])

@@ -77,9 +77,9 @@ import torch
 from harness.onpolicy.mismatch import policy_kl, swapped
 from harness.onpolicy.protocol import (_OK, _RESYNC, Background, _delta, _now, apply_verdict, eval_due, frame,
                                        unframe, verify_due)
-from harness.onpolicy.setup import Setup, build_setup, inject_fault, role_plan, worker_rollouts
+from harness.onpolicy.setup import Setup, build_setup, inject_fault, worker_rollouts
+from harness.runplan import RunPlan
 from harness.tasks.cache import ensure_pretrained
-from harness.tasks.source import of_plan
 from harness.wire.transport import trace_rate_columns
 
 # Imported once by the launcher before it forks the role processes (harness.cluster.spawn): the bulk
@@ -96,22 +96,22 @@ def _threads(world_size: int) -> None:
 
 
 def main(ctx) -> None:
-    """Entry of every role process (``harness.onpolicy.roles:main``): rank 0 learns, the rest roll out."""
+    """Entry of every role process (``harness.onpolicy.roles:main``): rank 0 learns, the rest roll out.
+    The payload's plan is decoded here, once (RunPlan.from_dict); nothing is read from a config."""
     t0 = _now()
     _threads(ctx.world_size)
-    torch.manual_seed(int(ctx.cfg.get("seed", 0)))
-    plan = getattr(ctx, "plan", None)                  # the launcher's RunPlan (dict); None: a bare config
-    source = of_plan(plan)                             # where the bases are: decided once, by the plan
-    ensure_pretrained(ctx.cfg, ctx.rank, beat=getattr(ctx, "progress", lambda: None), source=source)
+    plan = RunPlan.from_dict(ctx.plan)
+    torch.manual_seed(plan.seed)
+    ensure_pretrained(plan.model, plan.task, plan.model_source, ctx.rank, beat=ctx.progress)
     ctx.channel.barrier()
     t1 = _now()
-    setup = build_setup(ctx.cfg, "learner" if ctx.rank == 0 else "worker", ctx.device,
-                        plan=role_plan(ctx.cfg, plan), source=source)
+    setup = build_setup(plan.onpolicy, plan.model, plan.task, plan.model_source,
+                        "learner" if ctx.rank == 0 else "worker", ctx.device)
     setup.sync.warm_up()          # one-off first-call costs, before the loop and any window (sync.py)
     t2 = _now()
     (run_learner if ctx.rank == 0 else run_worker)(ctx, setup)
     print(f"[onpolicy] {ctx.role}: pretrained models ready {t1 - t0:.1f} s, setup {t2 - t1:.1f} s, "
-          f"{int(ctx.cfg['onpolicy']['steps'])} updates {_now() - t2:.1f} s", flush=True)
+          f"{plan.onpolicy.steps} updates {_now() - t2:.1f} s", flush=True)
 
 
 # --------------------------------------------------------------------------- learner
@@ -134,7 +134,7 @@ def _verify(ctx, s: Setup, checksums: dict[int, str], tag: str) -> Verdict:
     t0 = _now()
     _, transfers = ctx.channel.scatter(messages, tag)
     seconds = _now() - t0
-    if getattr(ctx, "backend", "") == "model":        # unpaced there: take the modelled times
+    if ctx.channel.modelled:        # unpaced there: take the modelled times
         seconds = max(t.seconds for t in transfers)
     return Verdict(not bad, len(bad), len(resync) * len(bad), sum(map(len, messages.values())), seconds)
 
@@ -202,11 +202,11 @@ def evaluate(s: Setup, last: bool, step: int, recorder=None) -> dict[str, float]
     the last scores only the first N of the held-out prompts; every evaluation also reports
     ``curve_accuracy``, the accuracy on those first N, so the curve (equal wall-clock, time to target,
     the plateau) reads one prompt set at every point while the final quality reads them all."""
-    n = int(s.cfg["task"]["eval_prompts"])
-    curve = int(s.cfg["onpolicy"]["curve_prompts"])
+    n = int(s.task_plan.eval_prompts)
+    curve = int(s.plan.curve_prompts)
     scored = n if (last or step < 0 or curve <= 0) else min(curve, n)
     s.policy.eval()
-    with _eval_threads(int(s.cfg["onpolicy"]["eval_threads"])):
+    with _eval_threads(int(s.plan.eval_threads)):
         metrics, frame = s.task.evaluate_prompts(s.policy, scored)
         out = {k: float(v) for k, v in metrics.items()}
         if curve > 0 and "correct" in frame:
@@ -270,7 +270,7 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pendin
         tr = _now()
         _, transfers = ch.scatter(verdicts, f"resync/{step}")
         resync_s = _now() - tr
-        if getattr(ctx, "backend", "") == "model":        # unpaced there: take the modelled times
+        if ctx.channel.modelled:        # unpaced there: take the modelled times
             resync_s = max(t.seconds for t in transfers)
         verdict_bytes = sum(map(len, verdicts.values()))
     decode_s, replay_step_s = update.replay() if update.replay is not None else (0.0, 0.0)
@@ -304,7 +304,7 @@ def learner_update(ctx, s: Setup, step: int, expected: str | None = None, pendin
     # the model backend moves bytes unpaced and models their time: its update time is the sum
     # of the serial parts with the modelled transfers (a stale rollout overlaps learn, encode and
     # the downlink); every other backend's is the wall clock
-    if getattr(ctx, "backend", "") == "model":
+    if ctx.channel.modelled:
         middle = _with_rollout(row, row["learn_s"] + row["encode_s"] + row["transfer_down_s"])
         row["update_s"] = row["transfer_up_s"] + middle + row["apply_s"] + row["ack_s"]
     else:

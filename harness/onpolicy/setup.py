@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.conf.schema import ModelConfig, TaskConfig
 from harness.errors import ConfigError
 from harness.onpolicy import methods as sync_methods
 from harness.onpolicy.state import WIRE_DTYPES, Replica, SyncError, adapter_params, flip_bit, make_optimizer
@@ -77,6 +78,8 @@ class OnPolicyPlan:
     codec: str = "zstd"              # patch: byte codec of the sparse bf16 patch
     staleness: int = 0               # k: update t's rollouts come from policy max(t - k, 0); 0 or 1
     codec_level: int = 3             # patch: zstd level
+    curve_prompts: int = 0           # >0: evaluations before the last score only the first N held-out prompts
+    eval_threads: int = 1            # the learner's CPU threads while it evaluates (fixed => same bits everywhere)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,16 +154,18 @@ def plan_from_cfg(cfg: Mapping[str, Any]) -> OnPolicyPlan:
         training_rank=int(method["rank"] if method["rank"] is not None else cfg["model"]["rank"]),
         prompt_batch=int(task["prompt_batch"]), lr=float(op["lr"]), optimizer=str(op["optimizer"]),
         weight_decay=float(op["weight_decay"]), clip_norm=float(op["clip_norm"]), eval_every=int(op["eval_every"]),
-        eval_final=bool(op.get("eval_final", True)), eval_base=bool(op["eval_base"]), sync_dtype=str(method["sync_dtype"]),
+        eval_final=bool(op["eval_final"]), eval_base=bool(op["eval_base"]), sync_dtype=str(method["sync_dtype"]),
         verify_every=int(method["verify_every"]), policy_kl=bool(op["policy_kl"]), seed=int(cfg["seed"]),
         fault_flip_step=int(op["fault_flip_step"]), fault_flip_worker=int(op["fault_flip_worker"]),
         fault_flip_target=str(op["fault_flip_target"]), compressor=compressor,
-        codec=str(method["codec"]), codec_level=method["codec_level"], staleness=int(op["staleness"]))
+        codec=str(method["codec"]), codec_level=method["codec_level"], staleness=int(op["staleness"]),
+        curve_prompts=int(op["curve_prompts"]), eval_threads=int(op["eval_threads"]))
 
 
 @dataclass
 class Setup:
-    cfg: dict                     # the resolved run config (plain dict): model and task sections
+    model: ModelConfig            # the RunPlan's typed model part
+    task_plan: TaskConfig         # the RunPlan's typed task part
     plan: OnPolicyPlan
     policy: Any                   # peft.PeftModel
     replica: Replica
@@ -177,26 +182,23 @@ def compressor_seed(seed: int, compressor_seed: int) -> int:
     return derive("compressor", int(seed), int(compressor_seed))
 
 
-def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | None = None,
-                source: Any = None) -> Setup:
-    """Build ``role`` ("learner" | "worker") on ``device`` from the plan (default: planned from ``cfg``).
-    ``source``: the RunPlan's ``model_source`` (harness.tasks.source.of_plan): the bases are loaded
-    from the folders it names (None: resolved from ``cfg``, for a role started with a bare config)."""
+def build_setup(plan: OnPolicyPlan, model_cfg: ModelConfig, task_cfg: TaskConfig, source: Any, role: str,
+                device: str = "cpu") -> Setup:
+    """Build ``role`` ("learner" | "worker") on ``device`` from the RunPlan's parts: its OnPolicyPlan,
+    typed model and task, and ``model_source`` (harness.tasks.source.ModelSource: the bases are
+    loaded from the folders it names, nothing is resolved from a config again)."""
     from harness.tasks import build_task, build_tokenizer, load_base, make_lora
 
-    plan = plan or plan_from_cfg(cfg)
-    model_cfg, task_cfg = cfg["model"], cfg["task"]
     learner = role == "learner"
     tokenizer = build_tokenizer(model_cfg, source)
     base = load_base("student", model_cfg, task_cfg, source=source)
-    policy = make_lora(base, rank=plan.training_rank, alpha=model_cfg.get("alpha"),
-                       targets=list(model_cfg["targets"]), init=model_cfg.get("lora_init", "default"),
-                       seed=plan.seed).to(device)
-    if task_cfg["name"] == "distill" and not learner:
+    policy = make_lora(base, rank=plan.training_rank, alpha=model_cfg.alpha, targets=list(model_cfg.targets),
+                       init=model_cfg.lora_init, seed=plan.seed).to(device)
+    if task_cfg.name == "distill" and not learner:
         task = build_task(task_cfg, tokenizer, sampler=True)   # workers only sample: no teacher needed
     else:
         teacher = None
-        if task_cfg["name"] == "distill":
+        if task_cfg.name == "distill":
             teacher = load_base("teacher", model_cfg, task_cfg, source=source).to(device)
         task = build_task(task_cfg, tokenizer, teacher=teacher)
     params = adapter_params(policy)
@@ -209,13 +211,7 @@ def build_setup(cfg: dict, role: str, device: str = "cpu", plan: OnPolicyPlan | 
                        compressor_factory=comp.build if comp is not None else None,
                        error_feedback=comp.error_feedback if comp is not None else True,
                        codec=plan.codec, codec_level=plan.codec_level)
-    return Setup(cfg, plan, policy, replica, task, side, plan.method, plan.seed)
-
-
-def role_plan(cfg: Mapping[str, Any], plan: Mapping[str, Any] | None) -> OnPolicyPlan:
-    """The OnPolicyPlan a role received (``plan``: the RunPlan's dict), or one planned from ``cfg``
-    when the payload carries none (a role started by a test with a bare config)."""
-    return OnPolicyPlan.from_dict(plan["onpolicy"]) if plan else plan_from_cfg(cfg)
+    return Setup(model_cfg, task_cfg, plan, policy, replica, task, side, plan.method, plan.seed)
 
 
 def inject_fault(setup: Setup, worker: int, step: int) -> str | None:
@@ -234,11 +230,11 @@ def worker_rollouts(setup: Setup, rank: int, world_size: int, step: int) -> tupl
     import time
 
     t0 = time.perf_counter()
-    task_cfg, shards, shard = setup.cfg["task"], world_size - 1, rank - 1
+    task_cfg, shards, shard = setup.task_plan, world_size - 1, rank - 1
     device = next(iter(setup.replica.params.values())).device
-    prompts = setup.task.prompts("train", int(task_cfg["prompt_batch"]), setup.seed, step)
+    prompts = setup.task.prompts("train", int(task_cfg.prompt_batch), setup.seed, step)
     mine = torch.tensor_split(prompts, shards)[shard].to(device)
     gen = torch.Generator(device=device).manual_seed(derive(setup.seed, "rollout", step, shard))
     setup.policy.eval()
-    rollouts = setup.task.rollout(setup.policy, mine, int(task_cfg["samples_per_prompt"]), gen)
+    rollouts = setup.task.rollout(setup.policy, mine, int(task_cfg.samples_per_prompt), gen)
     return rollouts, time.perf_counter() - t0

@@ -44,7 +44,8 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Callable
 
 import torch
 
@@ -52,7 +53,9 @@ from harness.tasks.arith import Arithmetic
 from harness.tasks.bases import shipped
 from harness.tasks.data import encode_prompts, prompt_attention, sft_batch, sft_loss, correct
 from harness.tasks.grow import widen
-from harness.tasks.models import build_model, hf_dir, hf_key, load_dir, model_dtype, plain
+from harness.conf.schema import ModelConfig, TaskConfig
+from harness.tasks.models import build_model, hf_dir, hf_key, load_dir, model_dtype
+from harness.tasks.plans import model_plan, task_plan
 from harness.tasks.rollouts import generate
 from harness.tasks.tokenizer import Tokenizer
 from harness.errors import ConfigError
@@ -60,7 +63,7 @@ from harness.paths import cache_root  # noqa: F401 - re-exported: harness.tasks.
 from harness.tasks.recipes import (KINDS, RECIPE_VERSION, STUDENT_INITS, TEACHER_INITS,  # noqa: F401 - re-exported
                                    entry_name, entry_path, grow_source, recipe)
 
-def locate(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
+def locate(kind: str, model_cfg: Any, task_cfg: Any) -> Path:
     """The folder ``pretrained`` returns, without building anything: the shipped reference base
     when the recipe has one (harness.tasks.bases), else the cache entry (which may not exist yet);
     for ``model=hf`` the folder (a GGUF file: the entry it is materialised into)."""
@@ -69,32 +72,25 @@ def locate(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> Path:
     return Path(base_source(kind, model_cfg, task_cfg).path)
 
 
-def describe_bases(cfg: Mapping) -> dict:
-    """run.json's ``bases`` of a config (harness.tasks.source.ModelSource.describe; a run records
-    its plan's ``model_source`` instead of resolving the config again)."""
+def describe_bases(model_cfg: Any, task_cfg: Any) -> dict:
+    """run.json's ``bases`` of a model and task (harness.tasks.source.ModelSource.describe; a run
+    records its plan's ``model_source`` instead of resolving the config again)."""
     from harness.tasks.source import resolve
 
-    return resolve(cfg["model"], cfg["task"]).describe()
+    return resolve(model_cfg, task_cfg).describe()
 
 
-def used_kinds(cfg: Mapping) -> list[str]:
-    """The pretrained bases a run loads: the student, and the teacher for distill."""
-    from harness.tasks.source import used_kinds as kinds
-
-    return kinds(cfg["task"])
-
-
-def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True) -> Path:
+def pretrained(kind: str, model_cfg: Any, task_cfg: Any, progress: bool = True) -> Path:
     """The directory of the ``kind`` model ("teacher" | "student"), built once and cached.
 
     For ``model.name == "hf"`` nothing is built: the student is ``model.path`` and the
     teacher ``model.teacher_path`` (default ``model.path``); a GGUF file there is materialised
     into the cache once (harness.tasks.gguf_cache).
     """
-    m = plain(model_cfg)
+    m = model_plan(model_cfg)
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
-    if m.get("name") == "hf":
+    if m.name == "hf":
         return hf_dir(m, hf_key(m, kind), progress=progress)
     ref = shipped(entry_name(kind, m, task_cfg))
     if ref is not None:
@@ -110,7 +106,7 @@ def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool 
         tmp = entry.with_name(f".tmp-{entry.name}-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            _build(kind, m, plain(task_cfg), tmp, progress)
+            _build(kind, m, task_plan(task_cfg), tmp, progress)
             shutil.rmtree(entry, ignore_errors=True)   # a partial entry without meta.json
             os.rename(tmp, entry)
         finally:
@@ -118,7 +114,7 @@ def pretrained(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool 
     return entry
 
 
-def load_base(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool = True, source=None):
+def load_base(kind: str, model_cfg: Any, task_cfg: Any, progress: bool = True, source=None):
     """The pretrained ``kind`` model in ``model.dtype``, eval mode, every parameter frozen.
 
     ``source``: the plan's ``model_source`` (harness.tasks.source.ModelSource, e.g.
@@ -135,12 +131,12 @@ def load_base(kind: str, model_cfg: Mapping, task_cfg: Mapping, progress: bool =
     return model
 
 
-def meta(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> dict:
+def meta(kind: str, model_cfg: Any, task_cfg: Any) -> dict:
     """meta.json of a built entry (recipe, accuracy, seconds)."""
     return json.loads((pretrained(kind, model_cfg, task_cfg) / "meta.json").read_text())
 
 
-def _build(kind: str, model_cfg: dict, task_cfg: dict, out: Path, progress: bool) -> None:
+def _build(kind: str, model_cfg: ModelConfig, task_cfg: TaskConfig, out: Path, progress: bool) -> None:
     r = recipe(kind, model_cfg, task_cfg)
     if r["steps"] < 0:
         raise ConfigError(f"task.{kind}_steps: {r['steps']} must be >= 0")
@@ -153,11 +149,11 @@ def _build(kind: str, model_cfg: dict, task_cfg: dict, out: Path, progress: bool
             p.requires_grad_(True)
     elif r["init"] == "grow":
         narrow = load_dir(pretrained("teacher", *grow_source(model_cfg, task_cfg), progress), torch.float32)
-        model = widen(narrow, build_model({**model_cfg, "dtype": "float32"}, tok.vocab_size),
+        model = widen(narrow, build_model(replace(model_cfg, dtype="float32"), tok.vocab_size),
                       noise=r["grow"]["noise"], seed=r["seed"])
         grown = {"grown_accuracy": accuracy(model, tok, lang, n=512)}   # before any wide step
     else:
-        model = build_model({**model_cfg, "dtype": "float32"}, tok.vocab_size)
+        model = build_model(replace(model_cfg, dtype="float32"), tok.vocab_size)
     start = time.perf_counter()
     pretrain(model, tok, lang, steps=r["steps"], batch=r["batch"], lr=r["lr"], naive_frac=r["naive_frac"],
              seed=r["seed"], desc=f"pretrain {kind}", progress=progress)
@@ -232,8 +228,8 @@ def accuracy(model, tok: Tokenizer, lang: Arithmetic, n: int = 512, seed: int = 
     return hits / n
 
 
-def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: None,
-                      poll_s: float = 2.0, source=None) -> None:
+def ensure_pretrained(model: ModelConfig, task: TaskConfig, source: Any, rank: int,
+                      beat: Callable[[], None] = lambda: None, poll_s: float = 2.0) -> None:
     """Make sure the cached student (and teacher, for distill) exist before anyone loads them.
 
     Rank 0 builds what is missing (transformers' save_pretrained writes nothing on another
@@ -241,23 +237,16 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
     while they wait, so a long first-time pretraining is not taken for a hang. The waiting
     assumes one file system (one machine): on several machines, pre-build the cache.
 
-    ``source``: the plan's ``model_source`` (harness.tasks.source.of_plan of the role's RunPlan):
-    the folders it names are the ones waited for, and nothing is resolved from the config again
-    (no GGUF is hashed) unless a folder it names is missing on this host.
+    ``model``, ``task``, ``source``: the RunPlan's typed parts and its ``model_source``
+    (harness.tasks.source.ModelSource): the folders it names are the ones waited for, and nothing is
+    resolved from a config again (no GGUF is hashed).
     """
     import threading
 
-    kinds = source.kinds if source is not None else used_kinds(cfg)
-    if source is not None and all((Path(b.path) / "config.json").is_file() for b in source.bases):
+    kinds = source.kinds
+    if all((Path(b.path) / "config.json").is_file() for b in source.bases):
         return                               # shipped, a built cache entry, a folder, a materialised GGUF
-    hf = cfg["model"].get("name") == "hf"
-    if hf and source is None:
-        # a role started without a plan: a folder is there already, a GGUF is materialised by rank 0
-        m = plain(cfg["model"])
-        if rank == 0:
-            for kind in kinds:
-                hf_dir(m, hf_key(m, kind))
-        return
+    hf = model.name == "hf"
     if rank == 0:
         errors: list[BaseException] = []
 
@@ -275,7 +264,7 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
 
                     materialise(source, progress=False)
                 for kind in (() if hf else kinds):
-                    pretrained(kind, cfg["model"], cfg["task"], progress=False)
+                    pretrained(kind, model, task, progress=False)
             except BaseException as err:  # noqa: BLE001 - re-raised in the calling thread
                 errors.append(err)
             finally:
@@ -289,8 +278,7 @@ def ensure_pretrained(cfg: dict, rank: int, beat: Callable[[], None] = lambda: N
             raise errors[0]
         return
     marker = "config.json" if hf else "meta.json"    # a GGUF entry appears whole (renamed into place)
-    paths = [(Path(source.of(kind).path) if source is not None else locate(kind, cfg["model"], cfg["task"]))
-             / marker for kind in kinds]
+    paths = [Path(source.of(kind).path) / marker for kind in kinds]
     while not all(p.is_file() for p in paths):
         beat()
         time.sleep(poll_s)

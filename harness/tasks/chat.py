@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -57,7 +57,7 @@ from harness.tasks.arith import Problems
 from harness.tasks.chat_eval import greedy_scored
 from harness.tasks.data import IGNORE, sft_loss_shared_prefix
 from harness.tasks.federated import ClientData, client_batches
-from harness.tasks.models import plain
+from harness.tasks.plans import task_plan
 from harness.tasks.onpolicy import EVAL_SEED, DistillTask, OnPolicyTask, RewardTask, frozen_teacher
 from harness.tasks.rollouts import Rollouts, completion_logits_shared, prompt_mask, sample
 from harness.tasks.tokenizer import Tokenizer
@@ -108,27 +108,26 @@ class ChatSpec:
     validation_percent: int = 10     # validation: the next validation_percent
 
     @classmethod
-    def from_cfg(cls, task_cfg: Mapping) -> "ChatSpec":
-        cfg = plain(task_cfg)
-        chat = dict(cfg.get("chat") or {})
-        low, high = int(chat.get("low", 0)), int(chat.get("high", 20))
-        if low < 0 or high < low or high - low + 1 > MAX_OPERANDS or (chat.get("words") and high > 999):
+    def from_cfg(cls, task_cfg: Any) -> "ChatSpec":
+        cfg = task_plan(task_cfg)
+        chat = cfg.chat
+        low, high = int(chat.low), int(chat.high)
+        if low < 0 or high < low or high - low + 1 > MAX_OPERANDS or (chat.words and high > 999):
             raise ConfigError(f"task.chat.low / task.chat.high: {low} / {high} is not allowed; need 0 <= low <= high, "
                               f"at most {MAX_OPERANDS} operands (and high <= 999 with task.chat.words)")
-        ops = tuple(cfg.get("ops") or ("+", "-"))
+        ops = tuple(cfg.ops)
         bad = [o for o in ops if o not in OPS]
         if bad or not ops:
             raise ConfigError(f"task.ops: {list(ops)!r} is not allowed; choose a non-empty subset of {list(OPS)}")
-        system = chat.get("system")
-        target = str(chat.get("sft_target", "answer"))
+        system = chat.system
+        target = str(chat.sft_target)
         if target not in SFT_TARGETS:
             raise ConfigError(f"task.chat.sft_target: {target!r} is not allowed; choose one of {', '.join(SFT_TARGETS)}")
-        test, validation = int(chat["test_percent"]), int(chat["validation_percent"])
+        test, validation = int(chat.test_percent), int(chat.validation_percent)
         if test < 1 or validation < 1 or test + validation > 90:
             raise ConfigError(f"task.chat.test_percent / validation_percent: {test} / {validation} is not allowed; "
                               "need each >= 1 and together <= 90 (the rest trains)")
-        return cls(low, high, ops, bool(chat.get("words", False)),
-                   str(chat.get("instruction", "Answer with the number only.")), None if system is None else str(system),
+        return cls(low, high, ops, bool(chat.words), str(chat.instruction), None if system is None else str(system),
                    target, test, validation)
 
     # -- problems and splits -------------------------------------------------------------------
@@ -266,9 +265,9 @@ class ChatPrompts:
         return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(attn), "labels": torch.tensor(labels)}
 
 
-def eval_split(task_cfg: Mapping) -> str:
-    """The split evaluation reads: ``task.eval_split`` test (default) | validation (tuning)."""
-    split = str(plain(task_cfg).get("eval_split", "test"))
+def eval_split(task_cfg: Any) -> str:
+    """The split evaluation reads: ``task.eval_split`` test | validation (tuning)."""
+    split = str(task_plan(task_cfg).eval_split)
     if split not in ("test", "validation"):
         raise ConfigError(f"task.eval_split: {split!r} is not allowed; choose test or validation")
     return split
@@ -290,22 +289,22 @@ class ChatTask(OnPolicyTask):
     prompt once per group."""
     name = "chat"
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:   # noqa: D107 (no Arithmetic here)
-        cfg = plain(task_cfg)
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer) -> None:   # noqa: D107 (no Arithmetic here)
+        cfg = task_plan(task_cfg)
         self.cfg, self.tok = cfg, tokenizer
         self.spec = ChatSpec.from_cfg(cfg)
         self.chat = ChatPrompts(self.spec, tokenizer)
         self.eval_split = eval_split(cfg)
-        self.temperature = float(cfg.get("temperature", 1.0))
+        self.temperature = float(cfg.temperature)
         if self.temperature <= 0:
             raise ConfigError(f"task.temperature: {self.temperature} must be > 0 (sampling temperature)")
-        self.max_new_tokens = int(cfg.get("max_new_tokens", 16))
+        self.max_new_tokens = int(cfg.max_new_tokens)
         values = torch.unique(self.spec.answers(self.spec.all_problems("train"))).tolist()
         longest = max(len(tokenizer.encode(str(v))) for v in values)
         if self.max_new_tokens < longest + 1:
             raise ConfigError(f"task.max_new_tokens: {self.max_new_tokens} cannot hold the longest answer "
                               f"({longest} tokens) plus eos; use >= {longest + 1}")
-        self.samples = int(cfg.get("samples_per_prompt", 4))
+        self.samples = int(cfg.samples_per_prompt)
         self._train = self.spec.all_problems("train")
 
     def eval_prompts(self, n: int) -> torch.Tensor:
@@ -361,7 +360,7 @@ class ChatTask(OnPolicyTask):
         want = self.spec.answers(problems).tolist()
         answers = [self.tok.encode(str(v)) + [self.tok.eos_id] for v in want]
         out = greedy_scored(policy, rows, answers, self.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
-                            batch=int(self.cfg["eval_batch"]))
+                            batch=int(self.cfg.eval_batch))
         ended = ((out.completions == self.tok.eos_id) & out.mask).any(1)
         texts = self.tok.batch_decode(torch.where(out.mask, out.completions, self.tok.pad_id))
         got = [last_integer(t) for t in texts]
@@ -376,7 +375,7 @@ class ChatTask(OnPolicyTask):
     @torch.no_grad()
     def evaluate_prompts(self, policy, n: int | None = None) -> tuple[dict[str, float], pd.DataFrame]:
         """(metrics, one row per prompt): accuracy, answer_logprob and the mode's own (module doc)."""
-        frame, r = self.scored(policy, n or int(self.cfg["eval_prompts"]))
+        frame, r = self.scored(policy, n or int(self.cfg.eval_prompts))
         frame = self.score_more(policy, frame, r)
         metrics = {"accuracy": float(frame["correct"].mean()), "answer_logprob": float(frame["answer_logprob"].mean())}
         metrics.update({k: float(frame[k].mean()) for k in ("reward", "reverse_kl") if k in frame})
@@ -400,12 +399,12 @@ class ChatRewardTask(ChatTask):
     def score_more(self, policy, frame: pd.DataFrame, r: Rollouts) -> pd.DataFrame:
         return frame.assign(reward=frame["correct"].astype(float))
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer) -> None:
         super().__init__(task_cfg, tokenizer)
-        self.clip = float(self.cfg.get("clip_eps", 0.2))
-        self.kl_coef = float(self.cfg.get("kl_coef", 0.0))
-        if self.cfg.get("reward_shaping", "none") != "none":
-            raise ConfigError(f"task.reward_shaping: {self.cfg['reward_shaping']!r} is not allowed with task.format=chat; "
+        self.clip = float(self.cfg.clip_eps)
+        self.kl_coef = float(self.cfg.kl_coef)
+        if self.cfg.reward_shaping != "none":
+            raise ConfigError(f"task.reward_shaping: {self.cfg.reward_shaping!r} is not allowed with task.format=chat; "
                               "choose none")
 
 
@@ -427,14 +426,15 @@ class ChatDistillTask(ChatTask):
             per.append(((kl * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu())
         return frame.assign(reverse_kl=torch.cat(per).double().numpy())
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, teacher) -> None:
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer, teacher) -> None:
         super().__init__(task_cfg, tokenizer)
         self.teacher = frozen_teacher(teacher)
 
 
-def build_chat_task(task_cfg: Mapping, tokenizer: Tokenizer, teacher=None, sampler: bool = False) -> ChatTask:
+def build_chat_task(task_cfg: Any, tokenizer: Tokenizer, teacher=None, sampler: bool = False) -> ChatTask:
     """The chat task of ``task.name`` (distill | reward); ``sampler``: the sampling-only task."""
-    name = plain(task_cfg).get("name")
+    task_cfg = task_plan(task_cfg)
+    name = task_cfg.name
     if sampler:
         return ChatTask(task_cfg, tokenizer)
     if name == "reward":
@@ -454,35 +454,35 @@ class ChatSFTTask:
     the validation split (disjoint from the training pool and the test split by the hash).
     Split over the clients by ``dirichlet_split`` over ``(op, hard)`` (``task.alpha``)."""
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, n_clients: int, seed: int) -> None:
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer, n_clients: int, seed: int) -> None:
         from harness.tasks.federated import FederatedTask, dirichlet_split
 
-        cfg = plain(task_cfg)
+        cfg = task_plan(task_cfg)
         self.cfg, self.tok, self.seed = cfg, tokenizer, seed
         self.spec = ChatSpec.from_cfg(cfg)
         self.chat = ChatPrompts(self.spec, tokenizer)
         if n_clients < 1:
             raise ConfigError(f"federated.clients: {n_clients} must be >= 1")
         every = self.spec.all_problems("train")
-        examples = int(cfg.get("examples", 512))
+        examples = int(cfg.examples)
         if examples > len(every):
             raise ConfigError(f"task.examples: {examples} is more than the {len(every)} training problems of operands "
                               f"{self.spec.low}..{self.spec.high}; ask for fewer or widen task.chat.low/high")
         if n_clients > examples:
             raise ConfigError(f"federated.clients: {n_clients} clients but only {examples} examples (task.examples)")
-        self.sizes = FederatedTask._sizes(cfg.get("client_sizes") or [], n_clients, examples)
+        self.sizes = FederatedTask._sizes(list(cfg.client_sizes), n_clients, examples)
         perm = torch.randperm(len(every), generator=torch.Generator().manual_seed(derive("chat-pool", seed)))[:examples]
         self.pool = Problems(every.a[perm], every.op[perm], every.b[perm])
         self.categories = self.spec.categories
         cats = self.spec.category(self.pool)
-        idx = dirichlet_split(cats, len(self.categories), self.sizes, float(cfg.get("alpha", 0.5)),
+        idx = dirichlet_split(cats, len(self.categories), self.sizes, float(cfg.alpha),
                               derive("federated-split", seed))
         self.clients = [ClientData(Problems(self.pool.a[i], self.pool.op[i], self.pool.b[i]), cats[i]) for i in idx]
         split = eval_split(cfg)
-        n_eval = int(cfg.get("validation_prompts", 256) if split == "validation" else cfg.get("eval_prompts", 128))
+        n_eval = int(cfg.validation_prompts if split == "validation" else cfg.eval_prompts)
         self.eval_problems = held_out(self.spec, split, n_eval)
         self.eval_batch = self.chat.sft_batch(self.eval_problems)
-        self.max_new_tokens = int(cfg.get("max_new_tokens", 16))
+        self.max_new_tokens = int(cfg.max_new_tokens)
 
     def client_data(self, k: int) -> ClientData:
         if not 0 <= k < len(self.clients):
@@ -515,7 +515,7 @@ class ChatSFTTask:
         rows = [self.chat.ids(a, o, b) for a, o, b in zip(p.a.tolist(), p.op.tolist(), p.b.tolist())]
         labels = [self.tok.encode(t) + [self.tok.eos_id] for t in self.spec.target_text(p)]
         out = greedy_scored(model, rows, labels, self.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
-                            batch=int(self.cfg["eval_batch"]))
+                            batch=int(self.cfg.eval_batch))
         ended = ((out.completions == self.tok.eos_id) & out.mask).any(1)
         texts = self.tok.batch_decode(torch.where(out.mask, out.completions, self.tok.pad_id))
         got = [last_integer(t) for t in texts]

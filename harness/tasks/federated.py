@@ -24,7 +24,7 @@ train/eval split. Tuning never sees the problems that report the result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ import torch
 from harness.tasks.arith import OPS, Arithmetic, Problems
 from harness.tasks.chat_eval import _answer_logprob_plain
 from harness.tasks.data import correct, encode_prompts, prompt_attention, sft_batch, sft_loss
-from harness.tasks.models import plain
+from harness.tasks.plans import task_plan
 from harness.seeds import derive
 from harness.tasks.onpolicy import EVAL_SEED
 from harness.tasks.rollouts import generate
@@ -60,7 +60,7 @@ def client_batches(task, k: int, encode, batch_size: int | None = None,
     (the last batch of an epoch may be smaller); ``task.batch_size`` by default, seeded by
     (task.seed, k) unless ``generator`` is given. Shared by the synthetic and the chat tasks."""
     data = task.client_data(k)
-    bs = int(batch_size or task.cfg.get("batch_size", 16))
+    bs = int(batch_size or task.cfg.batch_size)
     if bs < 1:
         raise ConfigError(f"task.batch_size: {bs} must be >= 1")
     gen = generator or torch.Generator().manual_seed(derive("batches", task.seed, k))
@@ -98,34 +98,34 @@ def dirichlet_split(categories: torch.Tensor, n_categories: int, sizes: list[int
 class FederatedTask:
     """K clients' non-IID SFT data over one arithmetic language (module doc)."""
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, n_clients: int, seed: int) -> None:
-        cfg = plain(task_cfg)
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer, n_clients: int, seed: int) -> None:
+        cfg = task_plan(task_cfg)
         self.cfg, self.tok, self.seed = cfg, tokenizer, seed
         try:
-            self.lang = Arithmetic(cfg["digits"], cfg["ops"], reverse=bool(cfg.get("reverse", False)))
+            self.lang = Arithmetic(cfg.digits, list(cfg.ops), reverse=bool(cfg.reverse))
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        examples = int(cfg.get("examples", 2048))
+        examples = int(cfg.examples)
         if n_clients < 1:
             raise ConfigError(f"federated.clients: {n_clients} must be >= 1")
         if n_clients > examples:
             raise ConfigError(f"federated.clients: {n_clients} clients but only {examples} examples "
                               "(task.examples); each client needs data")
-        self.sizes = self._sizes(cfg.get("client_sizes") or [], n_clients, examples)
-        split = str(cfg.get("eval_split", "test"))
+        self.sizes = self._sizes(list(cfg.client_sizes), n_clients, examples)
+        split = str(cfg.eval_split)
         if split not in ("test", "validation"):
             raise ConfigError(f"task.eval_split: {split!r} is not allowed; choose test or validation")
-        n_val = int(cfg.get("validation_prompts", 256)) if split == "validation" else 0
+        n_val = int(cfg.validation_prompts) if split == "validation" else 0
         if split == "validation" and n_val < 1:
             raise ConfigError(f"task.validation_prompts: {n_val} must be >= 1 with task.eval_split=validation")
         self.pool, validation = self._pool(examples, n_val)
         self.categories = self.lang.categories
         pool_cats = self.lang.category(self.pool)
-        idx = dirichlet_split(pool_cats, len(self.categories), self.sizes, float(cfg.get("alpha", 0.5)),
+        idx = dirichlet_split(pool_cats, len(self.categories), self.sizes, float(cfg.alpha),
                               derive("federated-split", seed))
         self.clients = [ClientData(Problems(self.pool.a[i], self.pool.op[i], self.pool.b[i]), pool_cats[i])
                         for i in idx]
-        n_eval = int(cfg.get("eval_prompts", 128))
+        n_eval = int(cfg.eval_prompts)
         self.eval_problems = self.lang.sample("eval", n_eval, torch.Generator().manual_seed(EVAL_SEED))
         if validation is not None:
             self.eval_problems = validation
@@ -204,6 +204,6 @@ class FederatedTask:
         return {"eval_loss": eval_loss, "accuracy": int(hits.sum()) / len(prompts)}, frame
 
 
-def build_federated(task_cfg: Mapping, tokenizer: Tokenizer, n_clients: int, seed: int) -> FederatedTask:
+def build_federated(task_cfg: Any, tokenizer: Tokenizer, n_clients: int, seed: int) -> FederatedTask:
     """The federated task of ``task_cfg`` over ``n_clients`` clients (data drawn with ``seed``)."""
     return FederatedTask(task_cfg, tokenizer, n_clients, seed)

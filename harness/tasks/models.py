@@ -25,6 +25,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from harness.tasks.plans import model_plan  # noqa: E402
 from harness.tasks.tokenizer import Tokenizer  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 
@@ -49,25 +50,25 @@ def plain(cfg: Any) -> dict:
     return dict(cfg)
 
 
-def model_dtype(model_cfg: Mapping) -> torch.dtype:
-    name = str(plain(model_cfg).get("dtype", "float32"))
+def model_dtype(model_cfg: Any) -> torch.dtype:
+    name = str(model_plan(model_cfg).dtype)
     if name not in DTYPES:
         raise ConfigError(f"model.dtype: {name!r} is not allowed; choose one of {', '.join(DTYPES)}")
     return DTYPES[name]
 
 
-def hf_key(model_cfg: Mapping, kind: str = "student") -> str:
+def hf_key(model_cfg: Any, kind: str = "student") -> str:
     """The ``model.*`` key that locates the ``kind`` base of ``model=hf``: ``path``, or
     ``teacher_path`` for the teacher when it is set."""
-    return "teacher_path" if kind == "teacher" and plain(model_cfg).get("teacher_path") else "path"
+    return "teacher_path" if kind == "teacher" and model_plan(model_cfg).teacher_path else "path"
 
 
-def hf_dir(model_cfg: Mapping, key: str = "path", progress: bool = False) -> Path:
+def hf_dir(model_cfg: Any, key: str = "path", progress: bool = False) -> Path:
     """``model.<key>`` as an existing local HF model directory, or a ConfigError naming it.
 
     A GGUF file (``*.gguf`` or ``pkg://PACKAGE/FILE.gguf``) stands for the cache folder it is
     materialised into (harness.tasks.gguf_cache; materialised first when it is not there yet)."""
-    value = plain(model_cfg).get(key)
+    value = getattr(model_plan(model_cfg), key)
     from harness.tasks.gguf_cache import is_gguf, materialise
 
     if is_gguf(value):
@@ -86,62 +87,63 @@ def load_dir(path: str | Path, dtype: torch.dtype = torch.float32):
     return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
 
 
-def build_tokenizer(model_cfg: Mapping, source=None) -> Tokenizer:
+def build_tokenizer(model_cfg: Any, source=None) -> Tokenizer:
     """The synthetic vocabulary, or ``model.path``'s tokenizer when ``model.name == "hf"``: from the
     student's folder that ``source`` (the plan's ModelSource) names when given, without resolving
     the config again."""
-    cfg = plain(model_cfg)
-    if cfg.get("name") == "hf":
+    cfg = model_plan(model_cfg)
+    if cfg.name == "hf":
         planned = Path(source.of("student").path) if source is not None else None
         if planned is not None and (planned / "config.json").is_file():
             return Tokenizer.from_pretrained(planned)
         from harness.tasks.gguf_cache import is_gguf, tokenizer_of
 
-        if is_gguf(cfg.get("path")):                 # the plan's check: from the file, nothing dequantized
-            return tokenizer_of(str(cfg["path"]))
+        if is_gguf(cfg.path):                        # the plan's check: from the file, nothing dequantized
+            return tokenizer_of(str(cfg.path))
         return Tokenizer.from_pretrained(hf_dir(cfg))
     return Tokenizer.synthetic()
 
 
-def llama_config(model_cfg: Mapping, vocab_size: int):
+def llama_config(model_cfg: Any, vocab_size: int):
     """The ``LlamaConfig`` of a preset's size fields (tiny/small/wide); ConfigError on a bad size.
 
     ``vocab_size`` is the tokenizer's (``model.vocab_size`` > 0 overrides it, e.g. to pad)."""
     from transformers import LlamaConfig
 
-    cfg = plain(model_cfg)
+    cfg = model_plan(model_cfg)
     for key in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "max_positions"):
-        if not isinstance(cfg.get(key), int) or cfg[key] < 1:
-            raise ConfigError(f"model.{key}: {cfg.get(key)!r} must be a positive integer")
-    if cfg["hidden_size"] % cfg["num_heads"] or cfg["num_heads"] % cfg["num_kv_heads"]:
-        raise ConfigError(f"model.num_heads / model.num_kv_heads: {cfg['num_heads']} / {cfg['num_kv_heads']} "
-                          f"must divide model.hidden_size ({cfg['hidden_size']}) / model.num_heads")
-    vocab = int(cfg.get("vocab_size") or 0) or int(vocab_size)
+        value = getattr(cfg, key)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"model.{key}: {value!r} must be a positive integer")
+    if cfg.hidden_size % cfg.num_heads or cfg.num_heads % cfg.num_kv_heads:
+        raise ConfigError(f"model.num_heads / model.num_kv_heads: {cfg.num_heads} / {cfg.num_kv_heads} "
+                          f"must divide model.hidden_size ({cfg.hidden_size}) / model.num_heads")
+    vocab = int(cfg.vocab_size) or int(vocab_size)
     if vocab < vocab_size:
         raise ConfigError(f"model.vocab_size: {vocab} is smaller than the tokenizer's {vocab_size}")
     return LlamaConfig(
-        vocab_size=vocab, hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_layers"], num_attention_heads=cfg["num_heads"],
-        num_key_value_heads=cfg["num_kv_heads"], max_position_embeddings=cfg["max_positions"],
+        vocab_size=vocab, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_positions,
         tie_word_embeddings=False, attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
     )
 
 
-def build_model(model_cfg: Mapping, vocab_size: int):
+def build_model(model_cfg: Any, vocab_size: int):
     """A fresh small Llama-style causal LM (seeded by ``model.init_seed``), or, for
     ``name=hf``, the local model at ``model.path``. Returned on the CPU, in ``model.dtype``.
 
     ``vocab_size`` is the tokenizer's (``model.vocab_size`` > 0 overrides it, e.g. to pad).
     """
-    cfg = plain(model_cfg)
+    cfg = model_plan(model_cfg)
     dtype = model_dtype(cfg)
-    if cfg.get("name") == "hf":
+    if cfg.name == "hf":
         return load_dir(hf_dir(cfg), dtype)
     from transformers import LlamaForCausalLM
 
     config = llama_config(cfg, vocab_size)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(cfg.get("init_seed", 0)))
+        torch.manual_seed(int(cfg.init_seed))
         model = LlamaForCausalLM(config)
     return model.to(dtype)
 

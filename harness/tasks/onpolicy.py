@@ -29,7 +29,7 @@ distribution, as a validation split does.)
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 import torch
@@ -37,7 +37,7 @@ import torch
 from harness.tasks.arith import OPS as ARITH_OPS, Arithmetic
 from harness.tasks.chat_eval import _answer_logprob_plain
 from harness.tasks.data import correct, encode_prompts, problems_of, prompt_attention
-from harness.tasks.models import plain
+from harness.tasks.plans import task_plan
 from harness.tasks.rollouts import Rollouts, device_of, forward_logits, generate
 from harness.tasks.tokenizer import Tokenizer
 from harness.errors import ConfigError
@@ -53,24 +53,24 @@ class OnPolicyTask:
     """Shared prompts, rollouts and evaluation of the on-policy tasks (see module doc)."""
     name = "onpolicy"
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:
-        cfg = plain(task_cfg)
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer) -> None:
+        cfg = task_plan(task_cfg)
         self.cfg = cfg
         self.tok = tokenizer
         try:
-            self.lang = Arithmetic(cfg["digits"], cfg["ops"], reverse=bool(cfg.get("reverse", False)))
+            self.lang = Arithmetic(cfg.digits, list(cfg.ops), reverse=bool(cfg.reverse))
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        self.temperature = float(cfg.get("temperature", 1.0))
+        self.temperature = float(cfg.temperature)
         if self.temperature <= 0:
             raise ConfigError(f"task.temperature: {self.temperature} must be > 0 (sampling temperature)")
-        self.max_new_tokens = int(cfg.get("max_new_tokens", 8))
+        self.max_new_tokens = int(cfg.max_new_tokens)
         need = self.lang.max_answer_len + 1
         if self.max_new_tokens < need:
             raise ConfigError(f"task.max_new_tokens: {self.max_new_tokens} cannot hold the longest answer "
                               f"({self.lang.max_answer_len} characters) plus eos; use >= {need}")
-        self.samples = int(cfg.get("samples_per_prompt", 4))
-        self.eval_split = str(cfg.get("eval_split", "test"))
+        self.samples = int(cfg.samples_per_prompt)
+        self.eval_split = str(cfg.eval_split)
         if self.eval_split not in EVAL_SPLITS:
             raise ConfigError(f"task.eval_split: {self.eval_split!r} is not allowed; choose one of "
                               f"{', '.join(EVAL_SPLITS)}")
@@ -104,7 +104,7 @@ class OnPolicyTask:
     def rewards(self, prompts: torch.Tensor, completions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[N] float32 reward per completion (``prompts`` one row per completion)."""
         exact = correct(self.tok, self.lang, prompts, completions, mask).float()
-        if self.cfg.get("reward_shaping", "none") != "digits":
+        if self.cfg.reward_shaping != "digits":
             return exact
         want = self.lang.answer_text(problems_of(self.tok, self.lang, prompts))
         got = [t.strip() for t in self.tok.batch_decode(torch.where(mask, completions, self.tok.pad_id))]
@@ -139,7 +139,7 @@ class OnPolicyTask:
         and per prompt its problem, ``correct`` (greedy), ``answer_logprob`` (the continuous score
         beside it: the teacher-forced log-probability in nats of the answer and eos after the prompt)
         and the mode's own columns (``per_prompt``)."""
-        n = n or int(self.cfg["eval_prompts"])
+        n = n or int(self.cfg.eval_prompts)
         ok, r = self.greedy(policy, n)
         metrics = {"accuracy": float(ok.float().mean())}
         probs = problems_of(self.tok, self.lang, r.prompts)
@@ -176,7 +176,7 @@ class DistillTask(OnPolicyTask):
     """On-policy distillation: per-token reverse KL to a frozen teacher (module doc)."""
     name = "distill"
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, teacher) -> None:
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer, teacher) -> None:
         super().__init__(task_cfg, tokenizer)
         self.teacher = frozen_teacher(teacher)
 
@@ -213,12 +213,12 @@ class RewardTask(OnPolicyTask):
     """Group-normalised clipped policy gradient on a verifiable reward (module doc)."""
     name = "reward"
 
-    def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:
+    def __init__(self, task_cfg: Any, tokenizer: Tokenizer) -> None:
         super().__init__(task_cfg, tokenizer)
-        self.clip = float(self.cfg.get("clip_eps", 0.2))
-        self.kl_coef = float(self.cfg.get("kl_coef", 0.0))
-        if self.cfg.get("reward_shaping", "none") not in SHAPINGS:
-            raise ConfigError(f"task.reward_shaping: {self.cfg['reward_shaping']!r} is not allowed; "
+        self.clip = float(self.cfg.clip_eps)
+        self.kl_coef = float(self.cfg.kl_coef)
+        if self.cfg.reward_shaping not in SHAPINGS:
+            raise ConfigError(f"task.reward_shaping: {self.cfg.reward_shaping!r} is not allowed; "
                               f"choose one of {', '.join(SHAPINGS)}")
 
     @staticmethod
@@ -262,9 +262,10 @@ class RewardTask(OnPolicyTask):
         return {"reward": float(reward.mean())}, frame.assign(reward=reward.double().numpy())
 
 
-def build_task(task_cfg: Mapping, tokenizer: Tokenizer, teacher=None) -> OnPolicyTask:
+def build_task(task_cfg: Any, tokenizer: Tokenizer, teacher=None) -> OnPolicyTask:
     """The on-policy task named ``task.name`` ("distill" needs ``teacher``)."""
-    name = plain(task_cfg).get("name")
+    task_cfg = task_plan(task_cfg)
+    name = task_cfg.name
     if name == "distill":
         return DistillTask(task_cfg, tokenizer, teacher)
     if name == "reward":

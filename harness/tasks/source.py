@@ -93,28 +93,29 @@ class ModelSource:
         return cls(tuple(BaseSource.from_dict(b) for b in data["bases"]))
 
 
-def used_kinds(task_cfg: Mapping) -> list[str]:
+def used_kinds(task_cfg: Any) -> list[str]:
     """The bases a run loads: the student, and the teacher for distill."""
-    from harness.tasks.models import plain
+    from harness.tasks.plans import task_plan
 
-    return ["student"] + (["teacher"] if plain(task_cfg).get("name") == "distill" else [])
+    return ["student"] + (["teacher"] if task_plan(task_cfg).name == "distill" else [])
 
 
-def base_source(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> BaseSource:
+def base_source(kind: str, model_cfg: Any, task_cfg: Any) -> BaseSource:
     """Where the ``kind`` base comes from. A GGUF is hashed and its metadata checked here; it is
     materialised (dequantized into the cache) by ``materialise``, not here."""
-    from harness.tasks.models import hf_key, plain
+    from harness.tasks.models import hf_key
+    from harness.tasks.plans import model_plan
 
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
-    m = plain(model_cfg)
-    if m.get("name") == "hf":
+    m = model_plan(model_cfg)
+    if m.name == "hf":
         from harness.tasks.gguf_cache import check, entry_of, is_gguf
         from harness.tasks.models import hf_dir
 
         key = hf_key(m, kind)
-        if is_gguf(m.get(key)):
-            entry = entry_of(str(m[key]), f"model.{key}")
+        if is_gguf(getattr(m, key)):
+            entry = entry_of(str(getattr(m, key)), f"model.{key}")
             if not entry.ready:
                 check(entry.file, f"model.{key}")     # the architecture and tokenizer, from the metadata alone
             return BaseSource(kind, Origin.GGUF, str(entry.path), entry.path.name, str(entry.file), entry.sha256)
@@ -129,14 +130,7 @@ def base_source(kind: str, model_cfg: Mapping, task_cfg: Mapping) -> BaseSource:
     return BaseSource(kind, Origin.CACHE, str(entry_path(kind, m, task_cfg)), name)
 
 
-def of_plan(plan: Mapping | None) -> ModelSource | None:
-    """The ModelSource inside a RunPlan's dict (what a role receives), or None for a role started
-    with a bare config (tests): then the role resolves its config itself."""
-    data = (plan or {}).get("model_source")
-    return ModelSource.from_dict(data) if data else None
-
-
-def resolve(model_cfg: Mapping, task_cfg: Mapping) -> ModelSource:
+def resolve(model_cfg: Any, task_cfg: Any) -> ModelSource:
     """The ModelSource of a run's model and task config (see the module docstring)."""
     return ModelSource(tuple(base_source(k, model_cfg, task_cfg) for k in used_kinds(task_cfg)))
 

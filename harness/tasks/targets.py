@@ -46,14 +46,14 @@ def skeleton(model_cfg: Mapping, vocab_size: int | None = None) -> nn.Module:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from harness.tasks.models import hf_dir, llama_config, plain
-
     from harness.tasks.gguf_cache import config_of, is_gguf
+    from harness.tasks.models import hf_dir, llama_config
+    from harness.tasks.plans import model_plan
 
-    cfg = plain(model_cfg)
-    if cfg.get("name") == "hf" and is_gguf(cfg.get("path")):
-        config = config_of(str(cfg["path"]))
-    elif cfg.get("name") == "hf":
+    cfg = model_plan(model_cfg)
+    if cfg.name == "hf" and is_gguf(cfg.path):
+        config = config_of(str(cfg.path))
+    elif cfg.name == "hf":
         path = hf_dir(cfg)
         try:
             config = AutoConfig.from_pretrained(str(path), local_files_only=True)
@@ -73,19 +73,20 @@ def check_model(model_cfg: Mapping, ranks: Mapping[str, Any] | None = None) -> l
     """Check ``model.targets`` (and the ranks) against the model's skeleton; return the resolved
     target suffixes. ``ranks``: config key -> LoRA rank to check against the smallest adapted
     dimension (default ``{"model.rank": model.rank}``). One-line ConfigError on failure."""
-    from harness.tasks.models import LORA_INITS, model_dtype, plain
+    from harness.tasks.models import LORA_INITS, model_dtype
+    from harness.tasks.plans import model_plan
 
-    cfg = plain(model_cfg)
+    cfg = model_plan(model_cfg)
     model_dtype(cfg)                          # model.dtype: one of DTYPES
-    init = cfg.get("lora_init", "default")
+    init = cfg.lora_init
     if init not in LORA_INITS:
         raise ConfigError(f"model.lora_init: {init!r} is not allowed; choose one of {', '.join(LORA_INITS)}")
     model = skeleton(cfg)
-    chosen = resolve_targets(model, cfg.get("targets"))
+    chosen = resolve_targets(model, cfg.targets)
     layers = {n: s for n, s in adaptable_layers(model).items() if n.split(".")[-1] in chosen}
     name, (d_in, d_out) = min(layers.items(), key=lambda kv: min(kv[1]))
     limit = min(d_in, d_out)
-    for key, r in (ranks if ranks is not None else {"model.rank": cfg.get("rank")}).items():
+    for key, r in (ranks if ranks is not None else {"model.rank": cfg.rank}).items():
         if isinstance(r, bool) or not isinstance(r, int) or r < 1:
             raise ConfigError(f"{key}: {r!r} is not a rank; it must be an integer >= 1")
         if r > limit:

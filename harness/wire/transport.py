@@ -124,6 +124,7 @@ class Channel:
         self._sent = [0] * world_size        # next message index to each peer
         self._received = [0] * world_size    # next message index from each peer
         self.link = backend_of(backend)      # what carries the bytes: kernel-shaped, paced here, or modelled
+        self.modelled = self.link.modelled   # a transfer's seconds are its modelled ideal, not a measurement
         self._pace = self.link.paces
         self._delay = self.link.transport_delay
         self._up = self._bucket(links.up[rank].rate_bps)
@@ -232,7 +233,7 @@ class Channel:
                 self._up.take(framed_bytes(piece.numel()))
             self._wait(self._wire.isend(piece, dst), deadline - time.monotonic(),
                        f"sending {nbytes} bytes (#{index}) to rank {dst}")
-        seconds = ideal_s if self.link.modelled else time.time() - start
+        seconds = ideal_s if self.modelled else time.time() - start
         self._on_progress()
         return Transfer(tag, self.rank, dst, nbytes, seconds, ideal_s,
                         self.links.mean_rate_bps(self.rank, dst, start, start + seconds))
@@ -264,7 +265,7 @@ class Channel:
         arrived = time.time()
         sent = sent_ns / 1e9
         ideal_s = ideal_ns / 1e9
-        if self.link.modelled:                 # delays as of the send (the model's clock)
+        if self.modelled:                 # delays as of the send (the model's clock)
             delay = self.links.delay_sample_s(self.seed, src, self.rank, index, at=sent)
             seconds = ideal_s + delay - self.links.path_delay_s(src, self.rank, at=sent)
             began = sent
@@ -280,7 +281,7 @@ class Channel:
 
     def _reideal(self, transfer: Transfer, ideal_s: float) -> Transfer:
         """Replace a transfer's ideal (and, on the model backend, its modelled seconds)."""
-        if self.link.modelled:
+        if self.modelled:
             return replace(transfer, ideal_s=ideal_s, seconds=transfer.seconds - transfer.ideal_s + ideal_s)
         return replace(transfer, ideal_s=ideal_s)
 

@@ -25,7 +25,7 @@ def userspace_run(tmp_path_factory):
     cfg = {"seed": 1, "selftest": {"phases": ["exchange", "probe"], "nbytes": NBYTES,
                                    "probes": [{"op": "broadcast", "nbytes": 1_500_000, "repeat": 2}]}}
     result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": cfg, "keys": {"run_id": "t", "scenario": "selftest"}},
-                    backend="userspace", run_dir=run_dir, hang_timeout_s=60, progress=False)
+                    backend="userspace", run_dir=run_dir, hang_timeout_s=60, progress=False, seed=cfg["seed"])
     return result, run_dir, roles
 
 

@@ -28,7 +28,7 @@ def _run(tmp_path, backend: str) -> tuple[object, list[dict]]:
     cfg = {"seed": 1, "selftest": {"phases": ["probe"],
                                    "probes": [{"op": "send", "nbytes": NBYTES, "repeat": REPEATS, "dst": 1}]}}
     result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": cfg, "keys": {"run_id": "t", "scenario": "trace"}},
-                    backend=backend, run_dir=tmp_path / "run", hang_timeout_s=120, progress=False)
+                    backend=backend, run_dir=tmp_path / "run", hang_timeout_s=120, progress=False, seed=cfg["seed"])
     assert (result.status, result.reason) == ("ok", ""), result.reason
     records = outputs(tmp_path / "run", "probe")["records"]
     assert len(records) == REPEATS and all(r["intact"] for r in records)

@@ -21,7 +21,8 @@ LAYERS: list[tuple[str, ...]] = [
      "harness.fanout", "harness.placement", "harness.compress", "harness.tasks"),           # building blocks
     ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,
                                                                        # supervise, role) and the wire
-    ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
+    ("harness.onpolicy", "harness.federated", "harness.runplan"),      # the training loops (role entries) and the
+                                                                       # RunPlan they decode
     ("harness.validate", "harness.compose", "harness.plan", "harness.scenario"),   # deciding what a run is
     ("harness.run", "harness.multihost", "harness.report"),            # running (one host, across hosts: the
                                                                        # agent's parts) and reporting

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from omegaconf import OmegaConf
 
@@ -21,6 +22,7 @@ from harness.seeds import derive
 from harness.tasks.arith import Arithmetic, Problems
 from harness.tasks.data import sft_batch, sft_loss
 from harness.tasks.models import build_model
+from harness.tasks.plans import model_plan
 from harness.tasks.tokenizer import Tokenizer
 
 METHOD_DEFAULTS = {
@@ -77,12 +79,17 @@ class TinyTask:
             loss = float(sft_loss(model, self.eval_batch))
         return {"eval_loss": loss, "accuracy": 0.0}
 
+    def evaluate_prompts(self, model) -> tuple[dict[str, float], pd.DataFrame]:
+        """As FederatedTask.evaluate_prompts (what the server calls): the metrics and one record per prompt."""
+        return self.evaluate(model), pd.DataFrame({"prompt": range(len(self.eval_batch["input_ids"]))})
+
 
 def run_in_threads(cfg: dict, run_dir: Path, dead: set[int] | None = None, *, task: Any = None,
                    base: Any = None) -> dict[int, Any]:
     """harness.federated.inproc.run_in_threads with a TinyTask and a fresh tiny model by default."""
-    settings = from_cfg(cfg)
+    settings = from_cfg(cfg)                    # the planner's federated part, as build_plan makes it
+    model = model_plan(cfg["model"])
     tok = Tokenizer.synthetic()
-    base = base if base is not None else build_model(cfg["model"], tok.vocab_size)
+    base = base if base is not None else build_model(model, tok.vocab_size)
     task = task if task is not None else TinyTask(tok, settings.clients)
-    return inproc.run_in_threads(cfg, run_dir, task, base, dead)
+    return inproc.run_in_threads(settings, model, run_dir, task, base, dead)

@@ -116,7 +116,7 @@ def test_link_columns_are_the_clients_own():
     cols = link_columns(SimpleNamespace(channel=SimpleNamespace(links=links)), 1)
     assert cols == {"rate_mbit": 10.0, "delay_ms": 20.0, "up_rate_mbit": 5.0, "down_rate_mbit": 10.0,
                     "up_delay_ms": 40.0, "down_delay_ms": 20.0}
-    assert link_columns(SimpleNamespace(channel=SimpleNamespace()), 1) == {}
+    assert link_columns(SimpleNamespace(channel=SimpleNamespace(links=None)), 1) == {}
 
 
 def test_a_variance_ref_gives_every_client_variance_one_over_r_ref(tmp_path):

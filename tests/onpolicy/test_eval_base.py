@@ -24,7 +24,7 @@ def _learner(tmp_path, name: str, *extra: str):
     cfg = compose_config(merge_overrides(base, list(variants["full_sync"])))
     here = tmp_path / name
     here.mkdir()
-    run_in_threads(OmegaConf.to_container(cfg, resolve=True), here, plan=build_plan(cfg).to_dict())
+    run_in_threads(build_plan(cfg), here)
     rows = read_rows(here)
     return rows[rows.role == "learner"].sort_values("step").reset_index(drop=True)
 

@@ -43,7 +43,7 @@ def both(tmp_path_factory):
         assert o.status == "ok", f"{o.variant}: {o.reason}"
         vcfg = compose_config(merge_overrides(base, list(variants[o.variant])))
         here = tmp_path_factory.mktemp(f"inproc-{o.variant}")
-        run_in_threads(OmegaConf.to_container(vcfg, resolve=True), here, plan=build_plan(vcfg).to_dict())
+        run_in_threads(build_plan(vcfg), here)
         result[o.variant] = tuple(read_rows(d) for d in (o.run_dir, here))
     return result
 

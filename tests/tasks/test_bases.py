@@ -13,7 +13,8 @@ from harness.compose import compose_config
 from harness.scenario import merge_overrides
 from harness.commands import basetool
 from harness.tasks import bases, cache
-from harness.tasks.cache import describe_bases, load_base, locate, used_kinds
+from harness.tasks.cache import describe_bases, load_base, locate
+from harness.tasks.source import used_kinds
 
 
 def _configs(scenario: str):
@@ -44,7 +45,7 @@ def test_every_reference_scenario_starts_from_shipped_bases(scenario):
     from harness.tasks.models import hf_key
 
     for variant, cfg in _configs(scenario):
-        for kind in used_kinds(cfg):
+        for kind in used_kinds(cfg.task):
             source = cfg.model.get(hf_key(cfg.model, kind)) if cfg.model.name == "hf" else None
             if is_gguf(source):
                 assert str(source).startswith(PKG), f"{scenario}/{variant}: {kind} GGUF {source} is not packaged"
@@ -76,7 +77,7 @@ def test_recipes_in_the_manifest_rebuild_from_their_configs():
 
 def test_a_rebuilt_base_with_other_weights_is_named(tmp_path, monkeypatch):
     cfg = dict(_configs("hilo_reward"))["hilo_spar_10mbit"]
-    recorded = describe_bases(cfg)
+    recorded = describe_bases(cfg.model, cfg.task)
     assert recorded["student"]["reference"] and set(recorded) == {"student"}
     assert bases.summary_note(recorded) == ""
     # the same recipe rebuilt into the cache with other bits: the run says so
@@ -88,7 +89,7 @@ def test_a_rebuilt_base_with_other_weights_is_named(tmp_path, monkeypatch):
     weights[first] = weights[first] + 1e-3
     save_file(weights, str(entry / "model.safetensors"))
     assert locate("student", cfg.model, cfg.task) == entry
-    rebuilt = describe_bases(cfg)["student"]
+    rebuilt = describe_bases(cfg.model, cfg.task)["student"]
     assert rebuilt["reference"] is False and rebuilt["sha256"] != rebuilt["reference_sha256"]
     assert "student base rebuilt" in bases.summary_note({"student": rebuilt})
 

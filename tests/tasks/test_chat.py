@@ -232,8 +232,8 @@ def test_the_plan_checks_the_chat_task_before_launch(tmp_path):
 
     folder = save_chat_model(tmp_path / "chat")
     base = ["scenario=smoke_hilo", "model=hf", f"model.path={folder}", "model.targets=[q_proj,v_proj]", "model.rank=4",
-            "task=chat_reward", "net.backend=model"]
-    assert build_plan(compose_config(base)).onpolicy is not None
+            "task=chat_reward", "net.backend=model", "compressor.budget=0.9"]   # 1.6% of this 512-element
+    assert build_plan(compose_config(base)).onpolicy is not None      # adapter would not hold Spar's header
     with pytest.raises(ConfigError, match="task.chat.low"):
         build_plan(compose_config(base + ["task.chat.low=60"]))     # above task.chat.high (50)
     with pytest.raises(ConfigError, match="task.format"):

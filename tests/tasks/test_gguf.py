@@ -176,8 +176,8 @@ def test_roles_take_their_bases_and_tokenizer_from_the_plan(files, monkeypatch):
     build_party for a federated client), given its RunPlan's model_source: it loads the folder the plan
     names, and nothing resolves the config again (no GGUF is hashed or materialised, no base_source)."""
     from harness.federated.party import build_party
-    from harness.federated.settings import Settings
-    from harness.onpolicy.setup import build_setup, role_plan
+    from harness.onpolicy.setup import build_setup
+    from harness.runplan import RunPlan
     from harness.tasks import source as src
     from harness.tasks.cache import ensure_pretrained
 
@@ -185,7 +185,7 @@ def test_roles_take_their_bases_and_tokenizer_from_the_plan(files, monkeypatch):
     hilo_cfg, hilo_plan = _planned("smoke_hilo", "full_sync", *model)      # distill: student and teacher
     spra_cfg, spra_plan = _planned("smoke_spra", "spra", *model)
     folder = hilo_plan["model_source"]["bases"][0]["path"]
-    src.materialise(src.of_plan(hilo_plan), progress=False)               # run_one, before the launch
+    src.materialise(RunPlan.from_dict(hilo_plan).model_source, progress=False)   # run_one, before the launch
     reference = load_base("student", hilo_cfg["model"], hilo_cfg["task"]).get_input_embeddings().weight   # resolved
 
     def again(*args, **kwargs):
@@ -194,24 +194,25 @@ def test_roles_take_their_bases_and_tokenizer_from_the_plan(files, monkeypatch):
         monkeypatch.setattr(gc, name, again)
     monkeypatch.setattr(src, "base_source", again)
 
-    source = src.of_plan(hilo_plan)
+    plan = RunPlan.from_dict(hilo_plan)                                   # what a role decodes first
+    source = plan.model_source
     assert source.kinds == ["student", "teacher"] and {b.path for b in source.bases} == {folder}
-    ensure_pretrained(hilo_cfg, 0, source=source)
-    learner = build_setup(hilo_cfg, "learner", plan=role_plan(hilo_cfg, hilo_plan), source=source)
+    ensure_pretrained(plan.model, plan.task, source, 0)
+    learner = build_setup(plan.onpolicy, plan.model, plan.task, source, "learner")
     assert torch.equal(learner.policy.get_input_embeddings().weight, reference)
     assert learner.task.teacher is not None                              # the distill teacher, from the plan too
-    source = src.of_plan(spra_plan)
-    ensure_pretrained(spra_cfg, 1, source=source)
-    settings = Settings.from_dict(spra_plan["federated"])
-    party = build_party(spra_cfg, settings, settings.ranks[0], source=source)
-    assert party.source == source and party.task is not None
-    assert src.of_plan({"onpolicy": {}}) is None                          # a bare config: the role resolves it
+    plan = RunPlan.from_dict(spra_plan)
+    ensure_pretrained(plan.model, plan.task, plan.model_source, 1)
+    settings = plan.federated
+    party = build_party(plan.model, plan.task, settings, settings.ranks[0], source=plan.model_source)
+    assert party.source == plan.model_source and party.task is not None
 
 
 def test_planning_reads_the_metadata_and_dequantizes_nothing(tmp_path, monkeypatch):
     """build_plan names the cache entry a GGUF will be materialised into and checks the file's metadata,
     but dequantizes nothing (a 135M file takes ~25 s): run_one (and ensure_pretrained, for a role
     whose entry is missing) materialises it once, into the very folder the plan named."""
+    from harness.runplan import RunPlan
     from harness.tasks import source as src
 
     file = save_gguf("qwen2", tmp_path / "fresh.gguf", seed=7, qtype="Q8_0")    # bytes no other test has
@@ -222,7 +223,7 @@ def test_planning_reads_the_metadata_and_dequantizes_nothing(tmp_path, monkeypat
         raise AssertionError("dequantized while planning")
     monkeypatch.setattr(gc, "_write", no_write)
     _, plan = _planned("smoke_hilo", "full_sync", *model)
-    planned = src.of_plan(plan)
+    planned = RunPlan.from_dict(plan).model_source
     assert {b.origin for b in planned.bases} == {Origin.GGUF} and not (Path(planned.bases[0].path) / "meta.json").exists()
     monkeypatch.setattr(gc, "_write", real_write)
     src.materialise(planned, progress=False)
