@@ -23,7 +23,7 @@ from harness.tasks.plans import as_dict, model_plan, task_plan
 from harness.tasks.source import ModelSource
 from netem.spec import LinkSpec
 
-ENTRIES = {"onpolicy": "harness.onpolicy.roles:main", "federated": "harness.federated.roles:main"}
+ENTRIES = {"onpolicy": "harness.onpolicy.loop:main", "federated": "harness.federated.entry:main"}
 
 
 class MethodKind(str, Enum):

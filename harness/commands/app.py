@@ -40,7 +40,7 @@ def run(cfg: DictConfig, overrides: list[str], multirun: bool = False) -> None:
 
     from harness.record import OutDirFull
     from harness.run import run_scenario
-    from harness.tuning import config_error_in
+    from harness.tuned_lr import config_error_in
 
     try:
         outcomes = run_scenario(cfg, overrides=overrides)

@@ -36,7 +36,7 @@ tuned at that horizon.
 
 Writes ``results/tuning/<scenario>.csv`` (every point, appended as it is measured, so an
 interrupted sweep resumes: points already there are not rerun) and
-``results/tuning/<scenario>.selected.csv`` (harness.tuning), which the scenario reads via
+``results/tuning/<scenario>.selected.csv`` (harness.tuned_lr), which the scenario reads via
 ``${tuned_lr:...}``. Other ``key=value`` arguments are config overrides for every run.
 Default grid: 3e-4 .. 1e-2 (SGD) and 1e-4 .. 3e-3 (AdamW: ``federated.optimizer=adamw``, and
 the on-policy learner's default).
@@ -55,7 +55,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from harness.errors import ConfigError
-from harness.tuning import POINT_COLUMNS, points_path, select, selected_path
+from harness.tuned_lr import POINT_COLUMNS, points_path, select, selected_path
 
 GRIDS = {"sgd": [3e-4, 1e-3, 3e-3, 1e-2], "adamw": [1e-4, 3e-4, 1e-3, 3e-3]}
 TUNE_KEYS = ("scenario", "only", "seeds", "lrs", "extend", "curve")
@@ -80,7 +80,7 @@ def lr_key(fam: str) -> str:
 
 
 def select_by(fam: str) -> str:
-    """What a selection of this family maximises (harness.tuning.SELECT_BY)."""
+    """What a selection of this family maximises (harness.tuned_lr.SELECT_BY)."""
     return "val_accuracy" if fam == "onpolicy" else "val_loss"
 
 

@@ -243,9 +243,9 @@ class Config:
 
 
 def register() -> None:
-    from harness.tuning import register_resolver
+    from harness.tuned_lr import register_resolver
 
-    register_resolver()                  # ${tuned_lr:SCENARIO,VARIANT}: committed tuning files (harness/tuning.py)
+    register_resolver()                  # ${tuned_lr:SCENARIO,VARIANT}: committed tuning files (harness/tuned_lr.py)
     cs = ConfigStore.instance()
     cs.store(name="narrowband_schema", node=Config)
     cs.store(group="net", name="net_schema", node=NetConfig)

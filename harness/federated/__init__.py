@@ -1,6 +1,6 @@
 """Federated LoRA: SPRA-LoRA and its baselines (ffa, fedit, flora, hetlora, flexlora).
 
-roles.py       entry of every role process (rank 0 server, rank k client k-1; harness.run launches it)
+entry.py       entry of every role process (rank 0 server, rank k client k-1; harness.run launches it)
 settings.py    Settings: every federated knob, checked once by the planner, sent to the roles
 server.py      the round loop: select, send, collect (fan-out per client), aggregate, evaluate
 client.py      local training of one client per round, its upload

@@ -101,7 +101,7 @@ class PoolServer(Server):
 
 
 def serve(ctx: Any, party: Party, method: Method) -> None:
-    """The server of a population run (roles.py calls it when federated.population is set)."""
+    """The server of a population run (entry.py calls it when federated.population is set)."""
     srv = PoolServer(party, method)
     s, pop, ch = srv.s, srv.pop, ctx.channel
     clients_rec = Recorder(ctx.run_dir, dict(ctx.recorder.keys), "population")
@@ -174,7 +174,7 @@ class Identities:
 
     def __init__(self, ctx: Any, first: Party, trains_a: bool) -> None:
         self.ctx, self.trains_a, self.first = ctx, trains_a, first
-        self.parties: dict[int, Party] = {first.settings.ranks[0]: first}   # roles.py built it at ranks[0]
+        self.parties: dict[int, Party] = {first.settings.ranks[0]: first}   # entry.py built it at ranks[0]
         self.merged: dict[int, int] = {}
         self.shapes: dict[int, Any] = {}
 

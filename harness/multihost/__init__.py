@@ -6,7 +6,7 @@ its docstring and docs/multihost.md say what happens per run):
   runs         the runs every agent plans alike, and their digest
   agent        Agent: hello and verdict, this host's overlay, the probe's two halves; ask / handle
   calibration  the calibration gate: every shaped pair probed before anything is launched
-  roles        this host's roles: where each runs, their payload, start, watch, stop
+  local_launch this host's roles: where each runs, their payload, start, watch, stop
   lead         agent 0: one run across every host (run.json written here)
   follow       every other agent: do what agent 0 asks
 """

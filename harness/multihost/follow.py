@@ -8,7 +8,7 @@ from harness.errors import ClusterError
 from harness.multihost.agent import Agent, handle
 from harness.multihost.control import Line, log
 from harness.multihost.messages import MessageError
-from harness.multihost.roles import kill_roles, local_result, start_roles, watch_roles
+from harness.multihost.local_launch import kill_roles, local_result, start_roles, watch_roles
 from harness.multihost.runs import Planned
 
 

@@ -12,7 +12,7 @@ from harness.errors import ClusterError
 from harness.multihost.agent import Agent, ask
 from harness.multihost.calibration import calibrate, calibration_problem, pairs
 from harness.multihost.messages import MessageError
-from harness.multihost.roles import kill_roles, local_result, start_roles, watch_roles
+from harness.multihost.local_launch import kill_roles, local_result, start_roles, watch_roles
 from harness.multihost.runs import Planned
 from harness.run import close_record
 

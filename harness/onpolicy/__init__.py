@@ -1,6 +1,6 @@
 """On-policy post-training over emulated links: one learner, N rollout workers (docs/onpolicy.md).
 
-    roles.main(ctx)            entry of every role process (harness.run launches it)
+    loop.main(ctx)             entry of every role process (harness.run launches it); the learner and worker loops
     methods.build(method, side, replica, ...) -> LearnerSync | WorkerSync   (the registry)
                                full_sync, lowrank, delta, hilo, patch: step(step) -> Update (payload)
                                on the learner, apply(payload, step) on a worker, checksums,

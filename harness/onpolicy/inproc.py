@@ -2,7 +2,7 @@
 process, joined by queues.
 
 Labelled extra backend (house rule: a simulation may exist only as a labelled extra): the real
-learner and worker loops (harness.onpolicy.roles ``run_learner`` / ``run_worker``, stale.py in
+learner and worker loops (harness.onpolicy.loop ``run_learner`` / ``run_worker``, stale.py in
 the overlap mode), the real sync methods, compressors and optimizers, with a queue-backed
 channel (send, recv, broadcast, scatter, gather, barrier) instead of links, processes and
 namespaces. Transfers take 0 s and no wire bytes are counted, so it measures the training
@@ -98,7 +98,7 @@ def run_in_threads(plan: Any, run_dir: Path, keys: dict[str, Any] | None = None)
     role breaks the barrier and the queues, so the others end too).
     """
     from harness.cluster.launch import ROLE_THREADS
-    from harness.onpolicy.roles import run_learner, run_worker
+    from harness.onpolicy.loop import run_learner, run_worker
     from harness.onpolicy.setup import build_setup
     from harness.tasks.cache import ensure_pretrained
 

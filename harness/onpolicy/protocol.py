@@ -1,5 +1,5 @@
-"""The on-policy loop's wire protocol and small helpers, shared by the learner (roles.py) and
-the workers (roles.py, stale.py): framed messages, the verdict flag bytes, when verification
+"""The on-policy loop's wire protocol and small helpers, shared by the learner (loop.py) and
+the workers (loop.py, stale.py): framed messages, the verdict flag bytes, when verification
 and evaluation are due, a background thread with a result."""
 from __future__ import annotations
 

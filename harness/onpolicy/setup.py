@@ -226,7 +226,7 @@ def inject_fault(setup: Setup, worker: int, step: int) -> str | None:
 def worker_rollouts(setup: Setup, rank: int, world_size: int, step: int) -> tuple[Any, float]:
     """Worker ``rank``'s rollouts of update ``step`` with the policy it holds now: its shard of the
     step's training prompts, sampled with the seeded stream of (seed, step, shard); (rollouts, seconds).
-    The synchronous worker (roles.py) and the overlap mode's (stale.py) draw the same ones."""
+    The synchronous worker (loop.py) and the overlap mode's (stale.py) draw the same ones."""
     import time
 
     t0 = time.perf_counter()

@@ -85,7 +85,7 @@ def test_every_context_an_entry_gets_is_a_role_context(tmp_path):
 
 def test_the_role_entries_read_no_config_beside_the_plan():
     """The on-policy and federated roles decode the RunPlan (RunPlan.from_dict) and read no ``ctx.cfg``."""
-    for rel in ("harness/onpolicy/roles.py", "harness/federated/roles.py"):
+    for rel in ("harness/onpolicy/loop.py", "harness/federated/entry.py"):
         text = (ROOT / rel).read_text()
         assert "RunPlan.from_dict(ctx.plan)" in text and "ctx.cfg" not in text, rel
     for path in _sources("harness/onpolicy") + _sources("harness/federated"):

@@ -69,7 +69,7 @@ def test_link_and_horizon_only_variants_share_their_methods_entry() -> None:
 
 def test_onpolicy_tuning_runs_a_tiny_grid_on_validation_and_selects(root, capsys) -> None:
     from harness.commands.tune import main
-    from harness.tuning import points_path, selected_path
+    from harness.tuned_lr import points_path, selected_path
 
     argv = ["scenario=smoke_hilo", "only=[hilo_spar]", "seeds=[0]", "lrs=[0.0001,0.01]", "extend=0",
             "onpolicy.steps=2", "task.validation_prompts=16"]
@@ -91,7 +91,7 @@ def test_a_horizon_curve_evaluates_every_k_updates_without_changing_the_trajecto
     """curve=K writes every evaluation to <scenario>.curve.csv, no sweep point and no selection; its
     last evaluation is the ordinary tuning point's, bit for bit (evaluating draws nothing random)."""
     from harness.commands.tune import main
-    from harness.tuning import points_path, selected_path
+    from harness.tuned_lr import points_path, selected_path
 
     common = ["scenario=smoke_hilo", "only=[hilo_spar]", "seeds=[0]", "lrs=[0.001]", "extend=0", "onpolicy.steps=2",
               "task.validation_prompts=16"]
@@ -111,7 +111,7 @@ def test_a_missing_selected_file_is_one_config_error_naming_the_command(root) ->
     from omegaconf import OmegaConf
 
     from harness.compose import compose_config
-    from harness.tuning import config_error_in
+    from harness.tuned_lr import config_error_in
 
     over = OmegaConf.to_container(compose_config(["scenario=hilo_distill"]).variants, resolve=False)["hilo_spar_10mbit"]
     assert any(str(o).startswith("onpolicy.lr=${tuned_lr:hilo_distill,") for o in over)
@@ -134,7 +134,7 @@ def test_every_tuned_onpolicy_variant_reads_a_committed_interior_entry_of_its_ow
 
     from harness.paths import scenarios_root
     from harness.commands.tune import training_overrides
-    from harness.tuning import read_selected
+    from harness.tuned_lr import read_selected
 
     pattern = re.compile(r"^onpolicy\.lr=\$\{tuned_lr:([\w-]+),([\w-]+)\}$")
     checked = 0
@@ -160,7 +160,7 @@ def test_every_tuned_onpolicy_variant_reads_a_committed_interior_entry_of_its_ow
 
 
 def test_onpolicy_selection_maximises_validation_accuracy_ties_to_the_lower_loss() -> None:
-    from harness.tuning import select
+    from harness.tuned_lr import select
 
     rows = [(1e-4, 0.80, 1.0), (3e-4, 0.85, 0.6), (1e-3, 0.85, 0.4), (3e-3, 0.70, 0.9)]
     points = pd.DataFrame([{"variant": "v", "optimizer": "adamw", "lr": lr, "seed": s, "rounds": 8,

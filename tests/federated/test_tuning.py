@@ -1,4 +1,4 @@
-"""Learning rates come from the committed tuning files, never by hand (harness.tuning, harness.tune)."""
+"""Learning rates come from the committed tuning files, never by hand (harness.tuned_lr, harness.tune)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from harness.errors import ConfigError
 from harness.paths import scenarios_root
 from harness.commands.tune import ladder, parse
-from harness.tuning import read_selected, select, selected_path
+from harness.tuned_lr import read_selected, select, selected_path
 
 TUNED = re.compile(r"^federated\.lr=\$\{tuned_lr:([\w-]+),([\w-]+)\}$")
 
@@ -103,7 +103,7 @@ def test_ladder_and_arguments() -> None:
 
 
 def test_missing_tuning_entry_names_the_command(tmp_path, monkeypatch) -> None:
-    from harness.tuning import tuned_lr
+    from harness.tuned_lr import tuned_lr
 
     (tmp_path / "scenarios").mkdir()
     monkeypatch.setenv("NARROWBAND_ROOT", str(tmp_path))

@@ -20,7 +20,7 @@ from harness.compress import CompressorError
 from harness.compress import spar as spar_module
 from harness.errors import ConfigError
 from harness.onpolicy.overlap import BackwardGrams
-from harness.onpolicy.roles import _clip
+from harness.onpolicy.loop import _clip
 from harness.plan import build_plan
 
 from .helpers import compressor, lm_backward, make_peft

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from harness.onpolicy.mismatch import policy_kl, swapped
-from harness.onpolicy.roles import eval_due, frame, unframe, verify_due
+from harness.onpolicy.loop import eval_due, frame, unframe, verify_due
 from harness.seeds import derive
 from harness.onpolicy.state import adapter_params
 

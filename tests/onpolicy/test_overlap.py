@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness.compress import ErrorFeedback
-from harness.onpolicy.roles import Background
+from harness.onpolicy.loop import Background
 
 from .helpers import compressor, lm_backward
 from .test_sync import pair, same_tensors

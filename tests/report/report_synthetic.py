@@ -79,7 +79,7 @@ def write_onpolicy(root: Path, scenario: str, backend: str, spec: tuple, rate: f
                    status: str = "ok", reason: str = "", model_rank: int = 64, workers: int = WORKERS,
                    sync_dtype: str = "bf16", update_s: float | None = None, load: dict | None = None,
                    eval_every: int = EVAL_EVERY, trace: str | None = None, staleness: int | None = None) -> Path:
-    """One on-policy run, rows as harness/onpolicy/roles.py records them (learner bytes summed over links).
+    """One on-policy run, rows as harness/onpolicy/loop.py records them (learner bytes summed over links).
 
     ``eval_every=0`` evaluates once, at the last update (a time-only run); ``trace`` names the
     link trace (``rate`` is then its mean); ``staleness`` adds the overlap mode's column."""

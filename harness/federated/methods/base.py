@@ -1,7 +1,7 @@
 """What every federated LoRA method shares: the messages' parts, the Method protocol, the (C, Z) state.
 
 All state is in (C, Z) form per target (adapter.py): the global adapter product is
-``C Z``. A method is the server side of one algorithm; the client side is generic (roles.py
+``C Z``. A method is the server side of one algorithm; the client side is generic (client.py
 loads the factors it is sent, trains B, and A unless the method freezes it, and sends back
 C, plus Z when A was trained).
 

@@ -96,7 +96,7 @@ def _threads(world_size: int) -> None:
 
 
 def main(ctx) -> None:
-    """Entry of every role process (``harness.onpolicy.roles:main``): rank 0 learns, the rest roll out.
+    """Entry of every role process (``harness.onpolicy.loop:main``): rank 0 learns, the rest roll out.
     The payload's plan is decoded here, once (RunPlan.from_dict); nothing is read from a config."""
     t0 = _now()
     _threads(ctx.world_size)

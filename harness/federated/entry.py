@@ -1,4 +1,4 @@
-"""Entry of the federated role processes: ``harness.federated.roles:main`` (see harness.cluster.launch).
+"""Entry of the federated role processes: ``harness.federated.entry:main`` (see harness.cluster.launch).
 
 Rank 0 is the server, rank k+1 is client k. Every process decodes the same RunPlan (its
 Settings, model and task), builds its party (student base + LoRA at its rank, the task) and runs its
