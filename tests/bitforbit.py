@@ -57,6 +57,11 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
 def compare_run(before: Path, after: Path, slack: list[int] | None = None) -> list[str]:
     """One line per difference between two runs' rows (empty: identical results); ``slack``
     collects the byte differences of the timed-header columns that were within HEADER_SLACK."""
@@ -84,7 +89,7 @@ def compare_run(before: Path, after: Path, slack: list[int] | None = None) -> li
                     slack.append(int(abs(x - y)))
                 continue
             if not _same(x, y):
-                problems.append(f"{a.at[i, 'role']} step {a.at[i, 'step']}: {c} {x!r} != {y!r}")
+                problems.append(f"{a.at[i, 'role']} step {a.at[i, 'step']}: {c} {_short(x)} != {_short(y)}")
     return problems
 
 
