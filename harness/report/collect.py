@@ -164,7 +164,18 @@ class Run:
                 "sync_dtype": str(method.get("sync_dtype") or ""),
                 "allocation": self.allocation,
                 "steps": float((self.config.get("onpolicy") or {}).get("steps") or "nan") if self.kind == "onpolicy"
-                else float("nan")}
+                else float("nan"),
+                "run_wall_s": self.wall_s}
+
+    @property
+    def wall_s(self) -> float:
+        """The run's wall seconds, launch to end (run.json ``load.wall_s``, else ``seconds``; NaN: neither)."""
+        load = self.meta.get("load") or {}
+        value = load.get("wall_s", self.meta.get("seconds")) if isinstance(load, dict) else self.meta.get("seconds")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return float("nan")
 
     @property
     def allocation(self) -> str:

@@ -193,6 +193,34 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
     return out
 
 
+def cost_section(tables: Tables) -> list[str]:
+    """What a seed costs: per on-policy configuration, the mean wall time of one run and its share in
+    updates and in evaluation (the rest is start-up: processes, models, links)."""
+    runs = tables.hilo_runs
+    need = {"run_wall_s", "updates_s_total", "eval_s_total"}
+    if runs.empty or not need <= set(runs.columns) or not runs["run_wall_s"].notna().any():
+        return []
+    out = ["## What a seed costs", "",
+           "Per configuration, the mean over its runs of one run's wall time (launch to end, run.json), the share "
+           "spent in updates and in held-out evaluation (the learner's rows), the rest being start-up (processes, "
+           "model loading, links). Evaluation is kept under a fifth of a run where it can be.", ""]
+    rows = []
+    for (scenario, backend, variant), g in runs.groupby(["scenario", "backend", "variant"], sort=True):
+        wall = pd.to_numeric(g["run_wall_s"], errors="coerce")
+        if not wall.notna().any():
+            continue
+        upd, ev = pd.to_numeric(g["updates_s_total"], errors="coerce"), pd.to_numeric(g["eval_s_total"], errors="coerce")
+        rows.append({"scenario": scenario, "backend": backend, "variant": variant, "n": int(wall.notna().sum()),
+                     "wall": f"{wall.mean() / 60:.1f} min", "updates": f"{(upd / wall).mean():.0%}",
+                     "evaluation": f"{(ev / wall).mean():.0%}"})
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)
+    return out + [markdown_table(frame, [("scenario", "scenario", str), ("backend", "backend", str),
+                                         ("variant", "variant", str), ("runs", "n", str), ("wall per run", "wall", str),
+                                         ("updates", "updates", str), ("evaluation", "evaluation", str)]), ""]
+
+
 def crossover_section(cross: pd.DataFrame) -> list[str]:
     """Where HiLo stops paying off: the rate at which speedup = 1, per seed then summarised."""
     out = ["## Crossover: the link rate below which a method beats full sync", ""]
@@ -552,7 +580,7 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
              "Tables: `tables/*.csv`; definitions of every derived metric: docs/report.md.", ""]
     cross = crossover_frame(tables) if crossover is None else crossover
     lines += claims_section(tables, claims) + plots_section(plots, coll.results_dir)
-    lines += crossover_section(cross) + load_section(coll, tables)
+    lines += crossover_section(cross) + load_section(coll, tables) + cost_section(tables)
     lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
     lines += extra_sections(tables) + sparsity_section(coll.results_dir) + compress_section(coll.results_dir)

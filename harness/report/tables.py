@@ -42,7 +42,7 @@ HILO_EXTRA = ["scenario", "backend", "model", "variant", "delay_ms", "budget_fra
               "wire_bytes_per_update",
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
               "baseline_dtype", "command", "staleness", "trace", "allocation", "steps", "efficiency", "rollout_kl",
-              "base_quality", "gain_over_base", "bytes_frac_max"]
+              "base_quality", "gain_over_base", "bytes_frac_max", "run_wall_s", "updates_s_total", "eval_s_total"]
 HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
 # per run only (the claims' horizons, harness/report/metrics.py "Horizons"): judged from the seeds, never averaged first
 HILO_RUN_EXTRA = ["final_slope", "equal_time_s", "quality_retained_equal_time", "equal_time_read_s",
