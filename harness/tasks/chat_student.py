@@ -67,7 +67,7 @@ def degrade(model: nn.Module, bits: int, group: int) -> int:
 def student_path(identity: str, bits: int, group: int, root: Path | None = None) -> Path:
     """Where the student of the teacher ``identity`` (the SHA-256 of its weights, or of the GGUF file it
     is dequantized from) at ``bits`` / ``group`` lives in the cache: a pure function, nothing is built."""
-    from harness.tasks.cache import cache_root
+    from harness.paths import cache_root
 
     key = hashlib.sha256(json.dumps({"teacher": identity, "bits": bits, "group": group, "v": VERSION}).encode()).hexdigest()
     return (root or cache_root()) / f"chat-student-{key[:16]}"

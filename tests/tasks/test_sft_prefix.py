@@ -127,5 +127,5 @@ def test_chat_sft_task_loss_and_eval_use_the_shared_prefix():
     want = sft_loss(model, batch)
     with mock.patch.object(data, "sft_loss", side_effect=AssertionError("fell back")):
         got = task.loss(model, batch)
-        assert set(task.evaluate(model)) == {"eval_loss", "accuracy"}
+        assert set(task.evaluate(model)) == {"eval_loss", "accuracy", "answer_logprob"}
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-3)
