@@ -2,7 +2,9 @@
 
 One run = one resolved config = one directory ``<out_dir>/<scenario>/<run_id>/`` (out_dir: outputs/runs by default; the references' runs: results/runs, results/real/runs).
 The run id is ``<variant>-s<seed>-<hash>``, the hash of the resolved config (run-control keys
-left out), so re-running the same config finds its directory: a complete (``ok``) run
+left out); a multirun job puts its swept values after the variant (harness.sweeplabel:
+``full_sync-rate=5mbit-rank=16-s0-<hash>``). Re-running the same config finds its directory (under
+either spelling): a complete (``ok``) run
 is skipped when ``resume=true``, an incomplete one is moved aside as ``<id>.attempt<N>``
 (kept, marked with its status) and run again. Resume is therefore per (variant, seed).
 
@@ -33,6 +35,7 @@ from harness.paths import project_root
 from harness.record import read_run_json, read_rows, set_status, write_run_json
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
+from harness.sweeplabel import describe, existing_run_dir, label, labelled, sweep_values
 from harness.tasks.source import materialise
 
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
@@ -59,7 +62,7 @@ def _merge_overrides(base: list[str], extra: list[str]) -> list[str]:
 
 def scenario_name(overrides: list[str]) -> str:
     for o in overrides:
-        if o.startswith(("scenarios@_global_=", "scenario=")):
+        if o.startswith("scenario="):
             return o.split("=", 1)[1]
     return "adhoc"
 
@@ -99,8 +102,10 @@ def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
             for name, extra in variants.items():
                 vcfg = compose_config(_merge_overrides(overrides, list(extra) + [f"seed={seed}"]))
                 composed[(seed, name)] = (vcfg, build_plan(vcfg))
+        point = describe(sweep_values())           # a multirun job's grid point ('' otherwise)
         for i, ((seed, name), (vcfg, plan)) in enumerate(composed.items()):
-            print(f"\n=== {scenario}: run {i + 1}/{len(composed)}: {name}, seed {seed} ===", flush=True)
+            print(f"\n=== {scenario}{f' [{point}]' if point else ''}: run {i + 1}/{len(composed)}: {name}, "
+                  f"seed {seed} ===", flush=True)
             outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides, plan=plan))
     except KeyboardInterrupt:
         _stop_interrupted(scenario, outcomes)
@@ -186,8 +191,9 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     the outcome says it; bad input raises ConfigError before anything exists."""
     plan = plan or build_plan(cfg)
     materialise(plan.model_source, progress=bool(cfg.get("progress", True)))   # a GGUF, once; ConfigError before launch
-    run_id = cfg.run_id or run_id_of(cfg, variant, plan.backend.value)
-    run_dir = project_root() / cfg.out_dir / scenario / run_id
+    run_id = cfg.run_id or labelled(run_id_of(cfg, variant, plan.backend.value), variant, label(sweep_values()))
+    run_dir = existing_run_dir(project_root() / cfg.out_dir / scenario, run_id, variant)   # the same run, any label
+    run_id = run_dir.name
     lock = _claim(run_dir)
     if lock is None:
         print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {lock_path(run_dir).name}), "
@@ -355,7 +361,8 @@ def _print_run_summary(run_dir: Path, status: str, reason: str, bases: dict | No
 
 
 def _print_scenario_summary(scenario: str, outcomes: list[Outcome]) -> None:
-    print(f"\n=== {scenario}: {len(outcomes)} runs ===")
+    point = describe(sweep_values())
+    print(f"\n=== {scenario}{f' [{point}]' if point else ''}: {len(outcomes)} runs ===")
     for o in outcomes:
         print(f"  {o.status:<11} {o.run_id:<32} {o.reason}")
     sys.stdout.flush()
