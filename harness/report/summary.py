@@ -7,6 +7,7 @@ seeds read ``3.03× ± 0.12 (n=5)``: mean ± half-width of the 95% t-interval, n
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -15,6 +16,7 @@ import pandas as pd
 from harness.report.sparsity_plot import sparsity_section
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, model_label
+from harness.report.headline import headline, seeds_of, setting
 from harness.report.metrics import TARGET_FRACTION
 from harness.report.plots import PlotLog, short_module_name
 from harness.report.stats import Summary, cell
@@ -83,16 +85,46 @@ FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit
            "bytes_frac": ("{:.4f}", "%", 100.0)}   # bytes sit just under or over a budget: show the digits
 
 
-def claim_value(statistic: str, v: float) -> str:
-    fmt, unit, scale = FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
+def _format(statistic: str) -> tuple[str, str, float]:
+    return FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
+
+
+def claim_value(statistic: str, v: float, decimals: int | None = None) -> str:
+    """One number of a claim in its unit ('2.50×', '1.57%', '4.2 pt'); ``decimals`` overrides the default."""
+    fmt, unit, scale = _format(statistic)
+    if decimals is not None and fmt.endswith("f}"):
+        fmt = f"{{:.{decimals}f}}"
     return DASH if _nan(v) else fmt.format(v * scale) + unit
 
 
+def supported_decimals(statistic: str, estimate: float, low: float, high: float) -> int | None:
+    """Decimals the interval supports: its half-width to two significant digits, never more than the
+    statistic's default (None: keep the default; no interval, a zero-width one, or a %g format).
+    1.5663% [1.4299%, 1.7027%] -> 2 decimals: 1.57% [1.43%, 1.70%]."""
+    fmt, _, scale = _format(statistic)
+    if not fmt.endswith("f}") or any(_nan(v) for v in (estimate, low, high)):
+        return None
+    half = max(abs(estimate - low), abs(high - estimate)) * scale
+    if not half > 0 or not math.isfinite(half):
+        return None
+    default = int(re.search(r"\.(\d+)f", fmt).group(1))
+    return max(0, min(default, 1 - math.floor(math.log10(half))))
+
+
 def claim_text(c: pd.Series) -> str:
-    """``'2.50× [2.31, 2.69] (n=5)'``: estimate, 95% interval, seeds."""
-    interval = "" if _nan(c["ci_low"]) else f" [{claim_value(c['statistic'], c['ci_low'])}, " \
-                                            f"{claim_value(c['statistic'], c['ci_high'])}]"
-    return f"{claim_value(c['statistic'], c['estimate'])}{interval} (n={int(c['n_seeds'])})"
+    """``'2.50× [2.31×, 2.69×] (n=5)'``: estimate, 95% interval, seeds; rounded to what the interval supports."""
+    decimals = supported_decimals(c["statistic"], c["estimate"], c["ci_low"], c["ci_high"])
+    value = lambda v: claim_value(c["statistic"], v, decimals)  # noqa: E731
+    interval = "" if _nan(c["ci_low"]) else f" [{value(c['ci_low'])}, {value(c['ci_high'])}]"
+    return f"{value(c['estimate'])}{interval} (n={seeds_of(c)})"
+
+
+_NO_INTERVAL = re.compile(r"(;\s*)?n=[01]: no interval, run >= 3 seeds")
+
+
+def _note(text: str) -> str:
+    """A claim's note without the no-interval remark the section states once."""
+    return _NO_INTERVAL.sub("", str(text)).strip("; ").strip()
 
 
 def short_reason(reason: str) -> str:
@@ -160,8 +192,17 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
     frame = frame.assign(text=frame.apply(claim_text, axis=1),
                          resolve=[("≥ 10000" if v == math.inf else f"{int(v)}") if not _nan(v) else DASH
                                   for v in frame["seeds_to_resolve"]],
-                         note=frame["note"].fillna("").astype(str))
-    out += [markdown_table(frame, [("method", "method", str), ("claim", "claim", str), ("where", "where", str),
+                         note=frame["note"].fillna("").astype(str).map(_note),
+                         setting=frame.apply(lambda c: setting(c, scenario=False), axis=1),
+                         group=[f"`{str(w).split(' [', 1)[0]}`" + (f" · backend `{str(w).split(' [', 1)[1].split(']', 1)[0]}`"
+                                                                   if " [" in str(w) else "") + f" · {m}"
+                                for w, m in zip(frame["where"], frame.get("model", pd.Series("", index=frame.index)))])
+    out += ["An estimate with n < 2 has no interval (run >= 3 seeds). One table per scenario, backend and model; "
+            "*setting*: the link, rank and baseline of the row; each row's horizon (equal updates or equal "
+            "wall-clock) is in `tables/claims.csv`.", ""]
+    for group, g in frame.groupby("group", sort=False):
+        out += [f"**{group}**", "",
+                markdown_table(g, [("method", "method", str), ("claim", "claim", str), ("setting", "setting", str),
                                    ("estimate [95% CI] (n)", "text", str), ("verdict", "verdict", str),
                                    ("seeds to resolve", "resolve", str), ("note", "note", str)]), ""]
     need = frame[(frame["verdict"] == "inconclusive") & frame["seeds_to_resolve"].notna()]
@@ -243,7 +284,7 @@ def hilo_section(coll: Collection, tables: Tables) -> list[str]:
                     "section below and every grid point in `tables/hilo.csv`.", ""]
             continue
         t = t.assign(name=t.apply(_method_name, axis=1))
-        metric = ", ".join(sorted(set(t["quality_metric"].dropna().astype(str))))
+        metric = ", ".join(sorted(set(t["quality_metric"].dropna().astype(str)) - {"none", ""})) or "quality"
         out += _section_head(coll, scenario, backend)
         refs = sorted({f"`{v}`" + (f" ({d})" if d else "") for v, d in
                        zip(t["baseline_variant"], t["baseline_dtype"].fillna("")) if v})
@@ -530,6 +571,8 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
              f"{', '.join(f'`{b}`' for b in backends) or DASH} (every table is split by backend). "
              "Tables: `tables/*.csv`; definitions of every derived metric: docs/report.md.", ""]
     cross = crossover_frame(tables) if crossover is None else crossover
+    claims = claims_frame(tables) if claims is None else claims
+    lines += headline(claims, claim_text)
     lines += claims_section(tables, claims) + plots_section(plots, coll.results_dir)
     lines += crossover_section(cross) + load_section(coll, tables)
     lines += hilo_section(coll, tables)

@@ -106,6 +106,10 @@ def test_multirun_runs_every_grid_point(sweep):
     assert len(metas) == 2 and all(m["status"] == "ok" for m in metas.values()), metas
     rates = sorted(m["config"]["net"]["rate"] for m in metas.values())
     assert rates == sorted(RATES)
+    for name, meta in metas.items():      # a folder says its grid point: full_sync-rate=5mbit-s0-<hash>
+        assert f"-rate={meta['config']['net']['rate']}-" in name, name
+    headers = [line for line in first.stdout.splitlines() if line.startswith("=== grid_hilo [")]
+    assert any(f"net.rate={RATES[0]}" in h.split("]")[0] for h in headers), first.stdout[-2000:]
     assert {m["backend"] for m in metas.values()} == {"model"}
     # Hydra's job folders went under <cwd>/outputs/multirun/grid_hilo/, nothing else was written in cwd
     assert sorted(p.name for p in tmp.iterdir()) == ["outputs", "runs"]
