@@ -31,7 +31,7 @@ register()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _app(cfg: DictConfig) -> None:
-    from harness.run import run_scenario
+    from harness.run import HELD, HELD_EXIT, run_scenario
 
     from omegaconf.errors import OmegaConfBaseException
 
@@ -52,6 +52,10 @@ def _app(cfg: DictConfig) -> None:
         if _multirun():
             raise RuntimeError(f"{len(failed)} run(s) failed: {', '.join(o.run_id for o in failed)}")
         raise SystemExit(1)
+    if outcomes and all(o.reason == HELD for o in outcomes) and not _multirun():
+        print(f"[narrowband] nothing ran: every run of this command is {HELD} (its .lock); run the command again "
+              f"when that one ends (complete runs are then skipped). Exit status {HELD_EXIT}.", file=sys.stderr)
+        raise SystemExit(HELD_EXIT)
 
 
 def _multirun() -> bool:

@@ -41,6 +41,8 @@ from harness.tasks.source import materialise
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
 INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
+HELD_EXIT = 75             # EX_TEMPFAIL: every run of the command is running in another process; try again later
+HELD = "running in another process"
 DEFAULT_PLACEMENT = {"source": "star", "hostfile": None, "pin": True, "mtu": 1400}
 
 
@@ -198,11 +200,11 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     if lock is None:
         print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {lock_path(run_dir).name}), "
               "skipped", flush=True)
-        return Outcome(run_id, run_dir, "skipped", "running in another process", variant=variant, seed=int(cfg.seed))
+        return Outcome(run_id, run_dir, "skipped", HELD, variant=variant, seed=int(cfg.seed))
     try:
         return _run_claimed(cfg, scenario, variant, overrides, plan, run_id, run_dir)
     finally:
-        os.close(lock)
+        _release(lock, run_dir)
 
 
 def lock_path(run_dir: Path) -> Path:
@@ -218,13 +220,34 @@ def _claim(run_dir: Path) -> int | None:
     import fcntl
 
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    while True:
+        fd = os.open(lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if _is_lock_file(fd, run_dir):
+            return fd
+        os.close(fd)          # its holder removed it as we took it (_release): take the new one
+
+
+def _is_lock_file(fd: int, run_dir: Path) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        return os.fstat(fd).st_ino == os.stat(lock_path(run_dir)).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _release(fd: int, run_dir: Path) -> None:
+    """Remove the lock file (while still holding it, so no one takes the removed one) and close it."""
+    try:
+        if _is_lock_file(fd, run_dir):
+            os.unlink(lock_path(run_dir))
+    except OSError:
+        pass
+    finally:
         os.close(fd)
-        return None
-    return fd
 
 
 def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[str], plan: RunPlan,
