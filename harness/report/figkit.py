@@ -13,10 +13,10 @@ import pandas as pd
 from matplotlib.ticker import Formatter, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from harness.report.stats import summarize
-from harness.report.style import METHOD_ORDER, save, series_styles
+from harness.report.style import METHOD_ORDER, SINGLE, save, series_styles
 
 QUALITY_LABELS = {"accuracy": "Held-out accuracy", "reward": "Mean reward"}
-TITLE_LINE = 60          # characters of a one-line figure title (8 pt fits ~60 across one column)
+TITLE_LINE = 60          # characters of a one-line figure title per column width (8 pt fits ~60 in 3.4 in)
 
 
 @dataclass
@@ -335,7 +335,7 @@ def title(fig, scenario: str, backend: str, model: str, seeds: str, horizon: str
     Call before ``legend``: a legend above the axes takes it as its heading."""
     head, tail = [p for p in (f"{scenario} [{backend}]", model) if p], [p for p in (horizon, seeds) if p]
     text = " · ".join(head + tail)
-    if len(text) > TITLE_LINE:          # two lines rather than a title wider than the figure
+    if len(text) > TITLE_LINE * fig.get_figwidth() / SINGLE:   # two lines rather than a title wider than the figure
         text = " · ".join(head) + "\n" + " · ".join(tail)
     fig.suptitle(text, fontsize=8)
     return text
