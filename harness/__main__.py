@@ -37,8 +37,15 @@ def _app(cfg: DictConfig) -> None:
 
     from harness.tuning import config_error_in
 
+    from harness.record import OutDirFull
+
     try:
         outcomes = run_scenario(cfg, overrides=_user_overrides())
+    except OutDirFull as full:          # out_dir filled up or turned unwritable mid-run: one line, no traceback
+        print(f"[narrowband] {full}", file=sys.stderr, flush=True)
+        if _multirun():
+            raise
+        raise SystemExit(1) from None
     except (ConfigError, OmegaConfBaseException) as raised:
         err = config_error_in(raised)     # a resolver's too (${tuned_lr:...} without its tuning file)
         if err is None:

@@ -176,7 +176,7 @@ def out_dir_problem(value: Any, root: Path | None = None) -> str | None:
     missing parents are created too (the default, outputs/runs, on a fresh clone)."""
     root = (root or project_root()).resolve()
     if value is None or str(value).strip() == "":
-        return "out_dir: '' is empty; give a folder for the runs, e.g. out_dir=outputs/runs"
+        return "out_dir: '' is empty; nothing was started; give a folder for the runs, e.g. out_dir=outputs/runs"
     path = Path(os.path.abspath(root / Path(str(value)).expanduser()))
     existing = path
     while not existing.exists():
@@ -184,19 +184,19 @@ def out_dir_problem(value: Any, root: Path | None = None) -> str | None:
     existing = existing.resolve()
     fs = filesystem_type(existing)
     if fs in PSEUDO_FILESYSTEMS:
-        return (f"out_dir: {str(value)!r} is on a {fs} filesystem (a kernel interface, not storage); "
+        return (f"out_dir: {value}: on a {fs} filesystem (a kernel interface, not storage); nothing was started; "
                 "choose a folder on a disk, e.g. out_dir=outputs/runs")
     if path.exists() and not path.is_dir():
-        return f"out_dir: {str(value)!r} is a file, not a folder; choose a folder for the runs"
+        return f"out_dir: {value}: a file, not a folder; nothing was started; choose a folder for the runs"
     inside = existing == root or root in existing.parents
     if existing != path and existing != path.parent and not inside:
-        missing = path.parent
-        return (f"out_dir: {str(value)!r}: its parent folder {str(missing)!r} does not exist; create it first "
-                "(out_dir itself is created) or check the path for a typo")
+        return (f"out_dir: {value}: its parent folder {path.parent} does not exist; nothing was started or created; "
+                "create it first (out_dir itself is created) or check the path for a typo")
     if not os.access(existing, os.W_OK | os.X_OK):
-        why = "a read-only filesystem" if _read_only(existing) else "no write permission for this user"
-        return (f"out_dir: {str(value)!r} cannot be written ({str(existing)!r}: {why}); "
-                "choose a writable folder, e.g. out_dir=outputs/runs")
+        why = "read-only file system" if _read_only(existing) else "permission denied"
+        at = "" if existing == path else f" (at {existing})"
+        return (f"out_dir: {value}: {why}{at}; nothing was started; choose a writable folder, "
+                "e.g. out_dir=outputs/runs")
     return None
 
 

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.compose import compose_config
 from harness.paths import project_root
-from harness.record import read_run_json, read_rows, set_status, write_run_json
+from harness.record import OutDirFull, close_run, read_run_json, read_rows, set_status, writable, write_run_json
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
 from harness.sweeplabel import describe, existing_run_dir, label, labelled, sweep_values
@@ -196,7 +196,8 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     run_id = cfg.run_id or labelled(run_id_of(cfg, variant, plan.backend.value), variant, label(sweep_values()))
     run_dir = existing_run_dir(project_root() / cfg.out_dir / scenario, run_id, variant)   # the same run, any label
     run_id = run_dir.name
-    lock = _claim(run_dir)
+    with writable(run_dir.parent.parent, "creating the run's lock file"):
+        lock = _claim(run_dir)
     if lock is None:
         print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {lock_path(run_dir).name}), "
               "skipped", flush=True)
@@ -256,7 +257,9 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
     from netem.topology import clean
 
     backend, why = plan.backend.value, plan.backend_reason
-    if not _prepare_dir(run_dir, bool(cfg.resume)):
+    with writable(run_dir.parent.parent, "moving an earlier attempt aside"):
+        fresh = _prepare_dir(run_dir, bool(cfg.resume))
+    if not fresh:
         print(f"[narrowband] {scenario}/{run_id}: complete already, skipped (resume=true)", flush=True)
         return Outcome(run_id, run_dir, "skipped", variant=variant, seed=int(cfg.seed))
     removed = clean()
@@ -268,8 +271,9 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
     meta = {**run_metadata(cfg, command), "run_id": run_id, "scenario": scenario, "variant": variant,
             "backend": backend, "backend_reason": why, "status": "running", "reason": "",
             "placement": plan.placement.describe() if plan.placement else None}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_run_json(run_dir, meta)
+    with writable(run_dir.parent.parent, "writing run.json"):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_json(run_dir, meta)
     payload = {"cfg": meta["config"], "keys": plan.run_keys(scenario, variant, run_id), "plan": plan.to_dict()}
     t0 = time.time()
     load0 = load_snapshot()
@@ -288,11 +292,13 @@ def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[s
         status, reason, extra = "failed", f"{type(err).__name__}: {err}", {}
     extra["load"] = load_record(load0, load_snapshot())
     extra["bases"] = _bases(plan)
-    set_status(run_dir, status, reason, seconds=round(time.time() - t0, 3),
-               finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
+    status, reason, full = close_run(run_dir, status, reason, seconds=round(time.time() - t0, 3),
+                                     finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
     _print_run_summary(run_dir, status, reason, extra["bases"])
     if status == "interrupted":
         raise KeyboardInterrupt
+    if full:                                 # the next runs would meet the same disk: stop with its one line
+        raise OutDirFull(full)
     return Outcome(run_id, run_dir, status, reason, variant=variant, seed=int(cfg.seed))
 
 

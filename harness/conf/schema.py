@@ -87,6 +87,8 @@ class ChatConfig:
     student_bits: int = 3            # distill student: bits per decoder weight (harness/tasks/chat_student.py); lower => weaker
     student_group: int = 32          # weights per quantisation group (min-max, round to nearest)
     sft_target: str = "answer"       # federated SFT labels: answer ("22") | equation ("17 + 5 = 22"), then eos
+    test_percent: int = 10           # held-out test split: this share of the problems (a fixed hash); larger => more test prompts
+    validation_percent: int = 10     # validation split (tuning), disjoint from test and train
 
 
 @dataclass
@@ -101,6 +103,7 @@ class TaskConfig:
     max_new_tokens: int = 6          # >= longest answer + eos (2-digit +/-: 4)
     temperature: float = 1.0
     eval_prompts: int = 128
+    eval_batch: int = 128            # held-out prompts decoded together in an evaluation; larger => faster, more memory
     teacher_steps: int = 1500        # pretraining steps of the teacher (cached)
     student_steps: int = 200         # pretraining steps of the student base (cached)
     teacher_init: str = "scratch"    # the teacher's pretraining starts from: scratch | grow (widened from task.grow's narrow teacher)
@@ -165,6 +168,9 @@ class OnPolicyConfig:
     eval_every: int = 5              # evaluate every N updates (0: the final evaluation only)
     eval_final: bool = True          # evaluate after the last update; false (with eval_every 0): a timing-only run, no quality
     eval_base: bool = False          # also evaluate the base model (the adapter before update 0): base_<metric> on row 0
+    eval_threads: int = 1            # the learner's CPU threads while it evaluates (the workers wait then); fixed => same bits everywhere
+    curve_prompts: int = 0           # >0: evaluations before the last (and not the base's) score only the first N held-out prompts
+                                     #     (the learning curve), the last and the base all task.eval_prompts; 0: all, always
     policy_kl: bool = True           # record KL(worker policy || learner policy) on the rollouts
     staleness: int = 0               # 0: synchronous; 1: update t+1's rollouts use policy t while update t's payload is on the wire
     # --- fault injection (tests): flip one bit of a worker's state after it applies an update ---

@@ -1,10 +1,11 @@
-"""The agent of one host: the hello and agent 0's verdict on every host (phase 1), this host's
-part of the overlay (phase 2), the two halves of the calibration probe (phase 3); ``ask`` runs an
-operation on any host (agent 0 on itself through the same ``handle``)."""
+"""The agent of one host: admission (harness.multihost.admission) and agent 0's verdict on every
+host (phase 1), this host's part of the overlay (phase 2), the two halves of the calibration probe
+(phase 3); ``ask`` runs an operation on any host (agent 0 on itself through the same ``handle``,
+which checks every operation against its schema and its context first)."""
 from __future__ import annotations
 
+import ipaddress
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ClusterError
-from harness.multihost.control import Line, connect_timeout_s
+from harness.multihost.admission import Door, join
+from harness.multihost.control import Line, connect_timeout_s, log
 from harness.multihost.host import HostError, Me, route_to, shaping_problem
+from harness.multihost.messages import TO_PEER, Limits, MessageError, check
 from harness.multihost.runs import Planned, digest
 
 PEER = Path(__file__).resolve().parent.parent.parent / "netem" / "peer.py"
@@ -31,10 +34,13 @@ class Agent:
     overlay: Any = None
     servers: dict[str, subprocess.Popen] = field(default_factory=dict)
     procs: list = field(default_factory=list)
+    limits: Limits | None = None                             # the ranges messages are checked against
 
     # -- phase 1: control ----------------------------------------------------------------------
     @classmethod
-    def connect(cls, runs: list[Planned], rank: int, master: str, port: int) -> "Agent":
+    def connect(cls, runs: list[Planned], rank: int, master: str, port: int, secret: bytes) -> "Agent":
+        """Admit every host (agent 0) or be admitted (the others), each proving it holds ``secret``
+        (harness.multihost.admission); HostError (one line, exit 2) before anything is built."""
         placement = runs[0].plan.placement
         host = placement.hosts[rank]
         addr, iface = route_to(master)
@@ -42,48 +48,30 @@ class Agent:
             addr = host.addr
         iface = host.iface or iface
         agent = cls(Me(rank, host.name, addr, iface), len(placement.hosts), [h.name for h in placement.hosts])
+        agent.limits = Limits(hosts=agent.hosts, runs=len(runs))
         wanted = runs[0].plan.backend.value != "userspace"
         hello = {"op": "hello", "rank": rank, "host": host.name, "addr": addr, "iface": iface,
                  "problem": shaping_problem() if wanted else "", "digest": digest(runs)}
         if rank == 0:
-            agent._gather(hello, master, port)
+            agent._gather(hello, port, secret)
         else:
-            agent._join(hello, master, port)
+            agent._join(hello, master, port, secret)
         return agent
 
-    def _gather(self, hello: dict, master: str, port: int) -> None:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("0.0.0.0", port))
-        listener.listen(self.hosts)
-        hellos = {0: hello}
-        deadline = time.monotonic() + connect_timeout_s()
-        try:
-            while len(hellos) < self.hosts and time.monotonic() < deadline:
-                listener.settimeout(max(0.1, deadline - time.monotonic()))
-                try:
-                    sock, _ = listener.accept()
-                except socket.timeout:
-                    break
-                line = Line(sock)
-                msg = line.recv(timeout=10)
-                if not msg or msg.get("op") != "hello" or not isinstance(msg.get("rank"), int):
-                    line.close()
-                    continue
-                if msg["rank"] in hellos:
-                    line.send({"op": "error", "message": f"host {msg['host']}: node rank {msg['rank']} connected twice"})
-                    line.close()
-                    continue
-                hellos[msg["rank"]] = msg
-                self.lines[msg["rank"]] = line
-        finally:
-            listener.close()
-        problem = self._judge(hellos)
+    def _gather(self, hello: dict, port: int, secret: bytes) -> None:
+        bind = self.me.addr
+        if ipaddress.IPv4Address(bind).is_loopback:     # MASTER_ADDR resolved to this host's loopback (a
+            bind = "0.0.0.0"                            # 127.0.1.1 line in /etc/hosts): no interface is known
+            log(f"MASTER_ADDR resolves to {self.me.addr} here, a loopback address: listening on every interface")
+        door = Door(bind, port, self.hosts, secret, self.limits)
+        door.gather(hello, connect_timeout_s())
+        self.lines = dict(door.lines)
+        problem = self._judge(door.hellos)
         if problem:
-            self.broadcast({"op": "error", "message": problem})
+            self.broadcast({"op": "error", "message": problem + door.refused_summary()})
             self.close_lines()
-            raise HostError(problem)
-        self.addrs = {r: h["addr"] for r, h in hellos.items()}
+            raise HostError(problem + door.refused_summary())
+        self.addrs = {r: h["addr"] for r, h in door.hellos.items()}
         self.broadcast({"op": "welcome", "addrs": {str(r): a for r, a in self.addrs.items()}})
 
     def _judge(self, hellos: dict[int, dict]) -> str:
@@ -100,29 +88,17 @@ class Agent:
                 return f"host {names[rank]}: planned other runs than agent 0 (other overrides or code); start every agent alike"
         return ""
 
-    def _join(self, hello: dict, master: str, port: int) -> None:
-        deadline = time.monotonic() + connect_timeout_s()
-        last = ""
-        while True:
-            try:
-                sock = socket.create_connection((master, port), timeout=5)
-                break
-            except OSError as err:
-                last = err.strerror or str(err)
-                if time.monotonic() > deadline:
-                    raise HostError(f"host {self.names[0]}: agent 0 at {master}:{port} cannot be reached "
-                                    f"from {self.me.name} within {connect_timeout_s():g} s ({last})") from None
-                time.sleep(0.3)
-        sock.settimeout(None)
-        line = Line(sock)
+    def _join(self, hello: dict, master: str, port: int, secret: bytes) -> None:
+        line, msg = join(master, port, secret, hello, self.limits, connect_timeout_s(), self.me.name)
         self.lines[0] = line
-        line.send(hello)
-        msg = line.recv()
-        if msg is None:
-            raise HostError(f"host {self.names[0]}: agent 0 closed the control connection")
         if msg["op"] == "error":
+            line.close()
             raise HostError(msg["message"])
-        self.addrs = {int(r): a for r, a in msg["addrs"].items()}
+        addrs = {int(r): a for r, a in msg["addrs"].items()}
+        if sorted(addrs) != list(range(self.hosts)):
+            line.close()
+            raise HostError(f"agent 0's welcome: addrs: ranks {sorted(addrs)} are not allowed; allowed: 0 .. {self.hosts - 1}")
+        self.addrs = addrs
 
     def broadcast(self, msg: dict) -> None:
         for line in list(self.lines.values()):
@@ -201,26 +177,51 @@ def ask(agent: Agent, host: int, msg: dict, timeout: float | None = None) -> dic
         return handle(agent, msg)
     line = agent.lines[host]
     line.send(msg)
-    reply = line.recv(timeout=timeout)
+    try:
+        reply = line.recv(timeout=timeout)
+    except MessageError as err:
+        raise ClusterError(f"host {agent.names[host]}: its reply to {msg['op']}: {err}") from None
     if reply is None:
-        raise ClusterError(f"host {host}: its agent closed the control connection (died?) during {msg['op']}")
+        why = f" ({line.problem})" if line.problem else ""
+        raise ClusterError(f"host {agent.names[host]}: its agent closed the control connection (died?) during "
+                           f"{msg['op']}{why}")
     if reply.get("op") == "error":
         raise ClusterError(reply["message"])
     return reply
 
 
 def handle(agent: Agent, msg: dict) -> dict:
+    """Run one operation of agent 0 on this host, after its schema (harness.multihost.messages) and its
+    context: a run chosen, the role one of this host's, a probe address on this run's overlay.
+    MessageError or ClusterError (one line) for anything else; nothing is done then."""
+    check(msg, TO_PEER, agent.limits)
     op = msg["op"]
-    if op == "build":
-        run = agent.current
-        return {"op": "built", "overlay": agent.build(run, msg["vni"], msg["subnet"], msg["mtu"])}
-    if op == "serve":
-        return {"op": "port", "port": agent.serve(msg["role"])}
-    if op == "send":
-        return {"op": "sent", "result": agent.send(msg["role"], msg["addr"], msg["port"], msg["nbytes"], msg["timeout_s"])}
-    if op == "collect":
-        return {"op": "received", "result": agent.collect(msg["role"], msg["timeout_s"])}
     if op == "teardown":
         agent.teardown()
         return {"op": "down"}
-    raise ClusterError(f"control: unknown operation {op!r}")
+    run = agent.current
+    if run is None:
+        raise ClusterError(f"control: op {op!r} before any run was chosen")
+    if op == "build":
+        if agent.overlay is not None:
+            raise ClusterError("control: op 'build': this host's overlay exists already (teardown first)")
+        return {"op": "built", "overlay": agent.build(run, msg["vni"], msg["subnet"], msg["mtu"])}
+    if op not in ("serve", "send", "collect"):
+        raise ClusterError(f"control: op {op!r} is not run by handle here")
+    mine = [p.role for p in run.plan.placement.on(agent.me.rank)]
+    if msg["role"] not in mine:
+        raise ClusterError(f"control: op {op!r}: role: {msg['role']!r} is not allowed; allowed: this host's roles "
+                           f"({', '.join(mine) or 'none'})")
+    if agent.overlay is None:
+        raise ClusterError(f"control: op {op!r} before this host's overlay was built")
+    if op == "serve":
+        return {"op": "port", "port": agent.serve(msg["role"])}
+    if op == "collect":
+        if msg["role"] not in agent.servers:
+            raise ClusterError(f"control: op 'collect': role {msg['role']!r} has no probe receiver (serve first)")
+        return {"op": "received", "result": agent.collect(msg["role"], msg["timeout_s"])}
+    subnet = ipaddress.IPv4Network(f"{agent.overlay.spec.subnet}.0/24")
+    if ipaddress.IPv4Address(msg["addr"]) not in subnet:
+        raise ClusterError(f"control: op 'send': addr: {msg['addr']!r} is not allowed; allowed: an address on this "
+                           f"run's overlay {subnet}")
+    return {"op": "sent", "result": agent.send(msg["role"], msg["addr"], msg["port"], msg["nbytes"], msg["timeout_s"])}

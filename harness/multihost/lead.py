@@ -10,6 +10,7 @@ import time
 from harness.errors import ClusterError
 from harness.multihost.agent import Agent, ask
 from harness.multihost.calibration import calibrate, calibration_problem, pairs
+from harness.multihost.messages import MessageError
 from harness.multihost.roles import kill_roles, local_result, start_roles, watch_roles
 from harness.multihost.runs import Planned
 
@@ -18,10 +19,12 @@ MASTER_PORT = 29500                 # the TCPStore, on the hub's overlay address
 
 def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
     """Agent 0's part of one run; returns its status (run.json is written here)."""
-    from harness.record import set_status, write_run_json
+    from harness.record import OutDirFull, close_run, writable, write_run_json
     from harness.run import _bases, _prepare_dir, load_record, load_snapshot, run_metadata
 
-    if not _prepare_dir(run.run_dir, bool(run.cfg.resume)):
+    with writable(run.run_dir.parent.parent, "moving an earlier attempt aside"):
+        fresh = _prepare_dir(run.run_dir, bool(run.cfg.resume))
+    if not fresh:
         agent.broadcast({"op": "skip", "index": index})
         print(f"[narrowband] {run.scenario}/{run.run_id}: complete already, skipped (resume=true)", flush=True)
         return "skipped"
@@ -35,8 +38,9 @@ def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
                                                          "network, NO kernel shaping" if run.plan.backend.value == "userspace" else
                                                          "; across hosts: VXLAN overlay, HTB per pair (netem/overlay.py)"),
             "status": "running", "reason": "", "placement": run.plan.placement.describe(), "multihost": True}
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    write_run_json(run.run_dir, meta)
+    with writable(run.run_dir.parent.parent, "writing run.json"):
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_json(run.run_dir, meta)
     payload = {"cfg": meta["config"], "keys": run.plan.run_keys(run.scenario, run.variant, run.run_id), "plan": run.plan.to_dict()}
     t0, load0 = time.time(), load_snapshot()
     status, reason, extra = "failed", "", {"overlays": {}, "calibration": [], "hosts": {}}
@@ -78,11 +82,13 @@ def lead_run(agent: Agent, run: Planned, index: int, progress: bool) -> str:
                 print(f"[narrowband] node: teardown on {agent.names[host]}: {err}", file=sys.stderr, flush=True)
         extra["load"] = load_record(load0, load_snapshot())
         extra["bases"] = _bases(meta["config"])
-        set_status(run.run_dir, status, reason, seconds=round(time.time() - t0, 3),
-                   finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
+        status, reason, full = close_run(run.run_dir, status, reason, seconds=round(time.time() - t0, 3),
+                                         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
     print(f"[narrowband] run {run.run_id}: {status}{(' - ' + reason) if reason else ''}", flush=True)
     if status == "interrupted":
         raise KeyboardInterrupt
+    if full:                                 # the next runs would meet the same disk: stop with its one line
+        raise OutDirFull(full)
     return status
 
 
@@ -100,11 +106,18 @@ def launch_everywhere(agent: Agent, run: Planned, payload: dict, master_addr: st
     first: list[tuple[int, str]] = []              # (0 for a dead agent, else 1; the reason), in the order heard
 
     def hear(host: int) -> None:
-        msg = agent.lines[host].recv()
+        line = agent.lines[host]
+        try:
+            msg = line.recv()
+        except MessageError as err:               # checked against its schema: a bad report fails the run
+            msg = {"op": "error", "message": f"its report: {err}"}
         died = msg is None
         if died:
             msg = {"op": "done", "host": agent.names[host], "status": "failed",
-                   "reason": f"the agent on {agent.names[host]} died (its control connection closed)"}
+                   "reason": f"the agent on {agent.names[host]} died (its control connection closed"
+                             f"{': ' + line.problem if line.problem else ''})"}
+        elif msg["op"] != "done":
+            msg = {"op": "done", "host": agent.names[host], "status": "failed", "reason": msg.get("message", msg["op"])}
         results[agent.names[host]] = msg
         if msg["status"] != "ok":
             first.append((0 if died else 1, f"host {agent.names[host]}: {msg['reason']}"))

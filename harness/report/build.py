@@ -149,8 +149,11 @@ def one_screen(report: dict[str, Any]) -> str:
     """The summary printed at the end of ``python -m harness.report``."""
     lines = [f"narrowband report: {report['ok_runs']}/{report['runs']} runs ok, "
              f"backends: {', '.join(report['backends']) or '-'}"]
-    for _, c in report["tables"]["claims"].iterrows():
+    claims = report["tables"]["claims"]
+    for _, c in claims.iterrows():
         lines.append(f"  {c['method']}: {c['claim']}: {claim_text(c)} -> {c['verdict']}  ({c['where']})")
+    if claims.attrs.get("unjudged"):
+        lines.append(f"  {claims.attrs['unjudged']} claim lines not judged: fewer than 2 seeds (no interval)")
     lines.append(f"  tables: {', '.join(p.name for p in report['csv'])}; "
                  f"plots: {len(report['plots']) // 2} figures (PNG+PDF)")
     for name, why in report["skipped"]:

@@ -43,28 +43,50 @@ time) and LoRA's own FLOPs (what the adapter adds over the frozen model's forwar
 harness.federated.flops.adapter_flops; runs that predate the column give no row); higher final accuracy than
 **each** baseline (paired per-seed difference > 0, one row per baseline); rank-aware
 (linear) lr beats the constant-lr ablation.
+
+Verdicts (harness/report/inference.py states the statistics): each claim names its reading in
+``test``: ``non-inferiority`` ("within 2%": the 95% interval's lower end above the margin; the
+``equivalence`` column gives the TOST reading, the 90% interval inside [0.98, 1.02]),
+``superiority`` (a difference above 0), ``bound`` (a mean above or below a threshold, e.g. the
+speedup) or ``cap`` (a limit on every value: judged on the largest value observed, which is the
+estimate, with no interval). ``verdict`` is the claim's own; ``verdict_holm`` the same after Holm's
+adjustment over the whole table (``p_two``, ``p_holm``). ``supported`` says what the data support
+at 95% whatever the threshold (the interval's end on the claim's side: "HiLo keeps >= 96.1% of full
+sync's quality"). ``seeds_80`` is the number of seeds that would give 80% power to resolve an
+inconclusive claim in the direction its estimate points (``resolves``), at the observed per-seed
+sd. A time-to-target whose seeds never reached the target is censored at the run's end
+(``censored``: "k of n"), never dropped. Where per-prompt records pair the two sides, ``boot_low``
+and ``boot_high`` give the two-level (seeds x prompts) bootstrap interval beside the seed-level
+t-interval that the verdict uses (``interval`` names it). Lines with fewer than 2 seeds are not
+claims (no interval): claims.csv leaves them out, and ``claims_frame(...).attrs["unjudged"]``
+counts them.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from harness.report.aggregate import ident, seed_of
-from harness.report.metrics import (FEDERATED_KEYS, KEY_DEFAULTS, ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET,
-                                    constant_links, plateau, synchronous)
-from harness.report.stats import INCONCLUSIVE, crossover, seeds_needed, summarize, verdict
+from harness.report import claims_hilo as H
+from harness.report import claims_spra as S
+from harness.report.aggregate import seed_of
+from harness.report.bootstrap import two_level
+from harness.report.claimkit import Found, Line, Where
+from harness.report.inference import (cap_verdict, censored_verdict, holm, holm_verdict, p_values, seeds_for_power,
+                                      supported_bound, tost, two_sided)
+from harness.report.metrics import ONPOLICY_KEYS, WALLCLOCK_TARGET, synchronous
+from harness.report.stats import INCONCLUSIVE, crossover, summarize
 from harness.report.tables import Tables
 
-HILO_BYTES, HILO_SPEEDUP, HILO_RETAINED = 0.016, 2.2, 0.98
-DEFAULT_ALLOCATION = "energy"          # compressor.options.allocation of the paper's Spar
-SPRA_UPLINK, SPRA_COMPUTE = 0.5, 0.5
-COLUMNS = ["method", "claim", "where", "model", "horizon", "estimate", "ci_low", "ci_high", "sd", "n_seeds", "seeds",
-           "rule", "verdict", "seeds_to_resolve", "threshold", "direction", "statistic", "note"]
-Found = Iterator[tuple]   # (Where, {seed: value}, note) or (Where, {seed: value}, note, horizon)
+HILO_BYTES, HILO_SPEEDUP, HILO_RETAINED = H.HILO_BYTES, H.HILO_SPEEDUP, H.HILO_RETAINED
+SPRA_UPLINK, SPRA_COMPUTE = S.SPRA_UPLINK, S.SPRA_COMPUTE
+EQUIVALENCE = (0.98, 1.02)       # the TOST bounds of a "within 2%" ratio
+COLUMNS = ["method", "claim", "where", "model", "horizon", "test", "estimate", "ci_low", "ci_high", "sd", "n_seeds",
+           "seeds", "rule", "verdict", "verdict_holm", "p_two", "p_holm", "supported", "equivalence", "seeds_80",
+           "resolves", "censored", "interval", "boot_low", "boot_high", "threshold", "direction", "statistic", "note"]
 
 
 @dataclass(frozen=True)
@@ -77,341 +99,8 @@ class ClaimSpec:
     rule: str                    # how the verdict is reached, in words
     find: Callable[[Tables], Found]
     horizon: str = ""            # which horizon the verdict uses, when find() does not say it per line
-
-
-def values(runs: pd.DataFrame, config: pd.Series, keys: list[str], column: str) -> dict:
-    """{seed: value of ``column``} over the runs of one configuration (NaN values dropped); a key that
-    a hand-built table lacks (``model``) holds its default (metrics.KEY_DEFAULTS) on that side."""
-    def keyed(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame.assign(**{k: KEY_DEFAULTS.get(k, np.nan) for k in keys if k not in frame})
-
-    mine = runs[ident(keyed(runs), keys) == ident(keyed(config.to_frame().T), keys).iloc[0]]
-    vals = pd.to_numeric(mine[column], errors="coerce") if column in mine else pd.Series(dtype=float)
-    return {s: float(v) for s, v in zip(seed_of(mine), vals) if math.isfinite(v)}
-
-
-def diff(a: dict, b: dict) -> dict:
-    return {s: a[s] - b[s] for s in sorted(set(a) & set(b))}
-
-
-def ratio(a: dict, b: dict) -> dict:
-    return {s: a[s] / b[s] for s in sorted(set(a) & set(b)) if b[s] != 0}
-
-
-# ---------------------------------------------------------------- HiLo
-def _spar_configs(tables: Tables) -> Iterator[tuple[str, pd.DataFrame, pd.DataFrame]]:
-    """(scenario [backend] label, HiLo+Spar configurations at the training rank, that scenario's table)."""
-    for label, t in _onpolicy_groups(tables):
-        spar = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (t["rank"] == t["ref_rank"])
-                 & (_allocation(t) == DEFAULT_ALLOCATION)]         # the paper's Spar; the others are its ablation
-        if spar.empty:
-            continue
-        budgets = spar["budget_frac"].dropna()
-        if len(budgets):   # the claim is at 1.6%: the budget closest to it
-            spar = spar[spar["budget_frac"] == budgets.iloc[int(np.argmin(np.abs(budgets - HILO_BYTES)))]]
-        yield label, spar.sort_values(["ref_rank", "rate_mbit"]), t
-
-
-def _onpolicy_groups(tables: Tables, *columns: str) -> Iterator[tuple[str, pd.DataFrame]]:
-    """(scenario [backend] label, its on-policy configurations of one model on constant links in the
-    synchronous loop: the paper's loop, where the claims are judged); ``columns``: only when the table
-    has them. Two models' runs of one scenario (``model=...`` on the command line) are two groups."""
-    hilo = tables.hilo
-    if hilo.empty or any(c not in hilo for c in columns):
-        return
-    hilo = hilo[constant_links(hilo) & synchronous(hilo)]
-    for (scenario, backend, _), t in hilo.groupby(["scenario", "backend", _models(hilo)], sort=True):
-        yield f"{scenario} [{backend}]", t
-
-
-def _model(value) -> str:
-    """A configuration's ``model`` as text ("" when it names none: a hand-built table without the column)."""
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
-
-
-def _models(t: pd.DataFrame) -> pd.Series:
-    """Each configuration's ``_model`` (all "" in a table without the column)."""
-    if "model" not in t:
-        return pd.Series("", index=t.index, name="model")
-    return t["model"].map(_model).rename("model")
-
-
-def _allocation(t: pd.DataFrame) -> pd.Series:
-    """Each configuration's Spar allocation; tables without the column (or runs before it) hold the default."""
-    if "allocation" not in t:
-        return pd.Series(DEFAULT_ALLOCATION, index=t.index)
-    return t["allocation"].astype(object).where(t["allocation"].notna(), "").astype(str).replace(
-        {"": DEFAULT_ALLOCATION, "nan": DEFAULT_ALLOCATION})
-
-
-def _same_horizon(t: pd.DataFrame, r: pd.Series) -> pd.Series:
-    """Configurations of ``t`` run for as many updates as ``r`` (``steps``; all, for tables without it)."""
-    if "steps" not in t or pd.isna(r.get("steps")):
-        return pd.Series(True, index=t.index)
-    return t["steps"] == r["steps"]
-
-
-class Where(NamedTuple):
-    """Where a claim was measured (claims.csv's ``where``) and the model it rests on (its ``model``)."""
-    text: str
-    model: str
-
-    def then(self, more: str) -> "Where":
-        """The same place with more said after it (``, vs fedit``); the model stays the one it names."""
-        return Where(self.text + more, self.model)
-
-
-def _where(label: str, r: pd.Series, vs: str | None = None, tail: str | None = None) -> Where:
-    """The one place a claim's ``where`` is built: ``label`` (``scenario [backend]``), the model of the
-    configuration ``r`` (its runs' ``model``: keys pick the runs, so the two agree), then for an
-    on-policy line the rate, training rank and what it is compared with (``vs``; default: ``r``'s full
-    sync and its dtype), for a federated one ``tail`` (its ranks and client optimizer). E.g.
-    ``hilo_real [tc] SmolLM2-135M-Instruct (real) 10 Mbit/s, r=16, vs full_sync_10mbit bf16``."""
-    model = _model(r.get("model"))
-    head = f"{label} {model}" if model else label
-    if tail is not None:
-        return Where(f"{head} {tail}", model)
-    dtype = str(r.get("baseline_dtype") or "")
-    vs = vs or f"{r['baseline_variant']}{' ' + dtype if dtype else ''}"
-    return Where(f"{head} {r['rate_mbit']:g} Mbit/s, r={int(r['rank'])}, vs {vs}", model)
-
-
-def _fair(r: pd.Series) -> str:
-    dtype = str(r.get("baseline_dtype") or "")
-    return "" if dtype in ("", "nan", "bf16") else f"vs {dtype} full sync: not the claim's bf16 baseline"
-
-
-def hilo_bytes(tables: Tables) -> Found:
-    for label, spar, _ in _spar_configs(tables):
-        longest = spar.sort_values("updates", ascending=False, kind="stable") if "updates" in spar else spar
-        for _, r in longest.groupby("ref_rank").head(1).iterrows():   # the rate does not set the bytes; the
-            # longest run averages over the most updates (an update whose gradient is zero ships the header only)
-            budget = r["budget_frac"]
-            note = (f"by construction: configured budget {budget:.2%} / achieved {r['bytes_frac']:.4%}"
-                    if budget == budget else f"achieved {r['bytes_frac']:.4%} (no budget configured)")
-            fair = _fair(r)
-            per_seed = {} if fair else values(tables.hilo_runs, r, ONPOLICY_KEYS, "bytes_frac")
-            if per_seed:     # the bound holds per seed; the interval is the mean's, and can reach past it
-                note += f"; largest seed {max(per_seed.values()):.4%}"
-            yield _where(label, r), per_seed, fair or note
-
-
-def hilo_speedup(tables: Tables) -> Found:
-    for label, spar, _ in _spar_configs(tables):
-        for _, r in spar.iterrows():
-            fair = _fair(r)
-            yield _where(label, r), ({} if fair else values(tables.hilo_runs, r, ONPOLICY_KEYS, "speedup")), fair
-
-
-def _baseline(t: pd.DataFrame, r: pd.Series) -> pd.Series | None:
-    """The full-sync configuration ``r`` was paired with (its ``baseline_variant``) at its rate."""
-    hit = t[(t["variant"].astype(str) == str(r.get("baseline_variant") or "").split(";")[0])
-            & (t["rate_mbit"] == r["rate_mbit"])]
-    return hit.iloc[0] if len(hit) else None
-
-
-def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None, names: tuple[str, str] = ("HiLo", "full sync")) -> str:
-    """The ``horizon`` of an equal-updates verdict: the updates, and whether the better of ``r`` (HiLo)
-    and ``full`` (its full sync; ``names`` says what the two are) by mean final quality had plateaued
-    (metrics.plateau) by then."""
-    updates = values(tables.hilo_runs, r, ONPOLICY_KEYS, "updates")
-    text = f"equal updates: final evaluation after {int(max(updates.values(), default=0))} updates"
-
-    def mean_quality(side: tuple[pd.Series, str]) -> float:
-        q = list(values(tables.hilo_runs, side[0], ONPOLICY_KEYS, "quality").values())
-        return float(np.mean(q)) if q else -math.inf
-
-    sides = [(r, names[0])] + ([(full, names[1])] if full is not None else [])
-    better, name = max(sides, key=mean_quality)
-    flat, s = plateau(values(tables.hilo_runs, better, ONPOLICY_KEYS, "final_slope").values())
-    if s.n < 2:
-        return f"{text}; plateau not judged (the slope over the last {PLATEAU_EVALS} evaluations needs >= 2 seeds)"
-    word = "plateaued" if flat else "NOT plateaued (still rising: a per-update lag at this horizon)"
-    return (f"{text}; {name} {word}: slope over the last {PLATEAU_EVALS} evaluations {s.mean:+.3f}/100 updates, "
-            f"95% CI [{s.ci_low:+.3f}, {s.ci_high:+.3f}]")
-
-
-def _scored(t: pd.DataFrame) -> pd.DataFrame:
-    """The configurations that measured a quality: a timing-only run (``onpolicy.eval_final=false``)
-    has none, so it enters the bytes and speedup claims but never a quality claim."""
-    return t[pd.to_numeric(t["quality"], errors="coerce").notna()] if "quality" in t else t.iloc[:0]
-
-
-def _horizons(spar: pd.DataFrame) -> pd.DataFrame:
-    """One configuration per training rank and horizon (``steps``), at its slowest rate, of those that
-    measured a quality: in the synchronous loop quality does not depend on the rate, but it does on
-    the updates run."""
-    spar = _scored(spar)
-    return spar.groupby([c for c in ("ref_rank", "steps") if c in spar], dropna=False, sort=False).head(1)
-
-
-def hilo_quality(tables: Tables) -> Found:
-    for label, spar, t in _spar_configs(tables):
-        for _, r in _horizons(spar).iterrows():
-            yield (_where(label, r), values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained"), "",
-                   equal_updates(tables, r, _baseline(t, r)))
-
-
-def hilo_equal_time(tables: Tables) -> Found:
-    """Quality at equal wall-clock time: HiLo's over full sync's when the faster finishes, per rate."""
-    for label, spar, _ in _spar_configs(tables):
-        for _, r in _scored(spar).iterrows():
-            per_seed = values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained_equal_time")
-            at = values(tables.hilo_runs, r, ONPOLICY_KEYS, "equal_time_s")
-            horizon = (f"equal wall-clock: when the faster finishes (mean {np.mean(list(at.values())):.1f} s)"
-                       if at else "equal wall-clock: when the faster finishes")
-            fair = _fair(r)
-            yield _where(label, r), ({} if fair else per_seed), fair, horizon
-
-
-def hilo_time_to_95(tables: Tables) -> Found:
-    """Time to 95% of full sync's final quality, HiLo's over full sync's own, per rate."""
-    for label, spar, _ in _spar_configs(tables):
-        for _, r in _scored(spar).iterrows():
-            fair = _fair(r)
-            mine = values(tables.hilo_runs, r, ONPOLICY_KEYS, "time_to_95_vs_full")
-            note = "" if mine else f"HiLo or full sync never reached {WALLCLOCK_TARGET:.0%} of full sync's final quality"
-            yield _where(label, r), ({} if fair else mine), fair or note
-
-
-def hilo_equal_bytes(tables: Tables) -> Found:
-    for label, spar, t in _spar_configs(tables):
-        first = _scored(spar).groupby("ref_rank").head(1).index
-        for i, r in _horizons(spar).iterrows():
-            horizon = equal_updates(tables, r, _baseline(t, r))
-            low = t[(t["method"] == "lowrank") & (t["rate_mbit"] == r["rate_mbit"]) & (t["ref_rank"] == r["ref_rank"])
-                    & _same_horizon(t, r)]
-            if low.empty and i not in first:        # another horizon without its low-rank run: nothing to say
-                continue
-            if low.empty:
-                yield _where(label, r, "low-rank (no run)"), {}, "no low-rank run at this rate: not measured", horizon
-                continue
-            lo = low.sort_values("rank").iloc[0]
-            mine = values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality")
-            theirs = values(tables.hilo_runs, lo, ONPOLICY_KEYS, "quality")
-            note = (f"low-rank r={int(lo['rank'])} ships {lo['bytes_frac']:.2%} of full sync, "
-                    f"HiLo+Spar {r['bytes_frac']:.2%}")
-            yield _where(label, r, f"low-rank r={int(lo['rank'])}"), ratio(mine, theirs), note, horizon
-
-
-def full_sync_learns(tables: Tables) -> Found:
-    """Full sync's final quality minus the base model's (``onpolicy.eval_base``), per scenario and
-    horizon: whether the run is long enough to learn anything (a run that learns nothing measures nothing)."""
-    for label, t in _onpolicy_groups(tables, "base_quality"):
-        full = t[(t["method"] == "full_sync") & pd.to_numeric(t["base_quality"], errors="coerce").notna()]
-        for _, r in _horizons(full.sort_values(["ref_rank", "rate_mbit"])).iterrows():
-            gain = values(tables.hilo_runs, r, ONPOLICY_KEYS, "gain_over_base")
-            note = f"base {r['base_quality']:.3f} ({r['quality_metric']}), full sync {r['quality']:.3f}"
-            yield (_where(label, r, "the base model"), gain, note,
-                   f"equal updates: after {int(r['steps'])} updates" if pd.notna(r.get("steps")) else None)
-
-
-def hilo_allocation(allocation: str) -> Callable[[Tables], Found]:
-    """Spar's allocation ablation (docs/compress.md "Allocation"; beyond the paper): per on-policy
-    scenario, the per-seed final accuracy of HiLo + Spar with ``allocation`` minus that of the default
-    (energy) at the same rate, training rank and budget, where both ran."""
-    def find(tables: Tables) -> Found:
-        for label, spar, t in _spar_configs(tables):
-            for _, r in _scored(spar).iterrows():
-                other = t[(t["method"] == "hilo") & (t["compressor"] == "spar") & (_allocation(t) == allocation)
-                          & (t["rate_mbit"] == r["rate_mbit"]) & (t["rank"] == r["rank"])
-                          & (t["budget_frac"] == r["budget_frac"]) & _same_horizon(t, r)]
-                if other.empty:
-                    continue
-                o = other.iloc[0]
-                per_seed = diff(values(tables.hilo_runs, o, ONPOLICY_KEYS, "quality"),
-                                values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality"))
-                yield (_where(label, o, f"{r['variant']} (energy)"), per_seed, f"{o['variant']} - {r['variant']}",
-                       equal_updates(tables, o, r, (allocation, "energy")))
-    return find
-
-
-# ---------------------------------------------------------------- SPRA
-def _optimizer(t: pd.DataFrame) -> pd.Series:
-    """Each configuration's client optimizer (federated.optimizer; a table without the column: sgd)."""
-    if "optimizer" not in t:
-        return pd.Series("sgd", index=t.index)
-    return t["optimizer"].fillna("").astype(str).replace("", "sgd")
-
-
-def _spra_configs(tables: Tables) -> Iterator[tuple[Where, pd.Series, pd.DataFrame]]:
-    """Per (scenario, backend, model, client optimizer): SPRA's reference configuration and the
-    configurations with the same optimizer (the SGD spra against the SGD baselines, spra_adamw against
-    the *_adamw ones).
-
-    The reference is the variant named ``spra`` (``spra_<optimizer>`` for another optimizer), else one
-    with the linear rate rule. ``where`` names the model and the optimizer.
-    """
-    spra = tables.spra
-    if spra.empty:
-        return
-    spra = spra[constant_links(spra)]
-    spra = spra.assign(_optimizer=_optimizer(spra))
-    for (scenario, backend, _, opt), t in spra.groupby(["scenario", "backend", _models(spra), "_optimizer"],
-                                                       sort=True):
-        cands = t[t["method"] == "spra"]
-        if cands.empty:
-            continue
-        named = cands[cands["variant"] == ("spra" if opt == "sgd" else f"spra_{opt}")]
-        linear = cands[cands["lr_rule"].astype(str).isin(["linear", ""])]
-        r = (named if len(named) else linear if len(linear) else cands).iloc[0]
-        yield _where(f"{scenario} [{backend}]", r, tail=f"ranks {r['ranks']}, optimizer {opt}"), r, t
-
-
-def spra_uplink(tables: Tables) -> Found:
-    for where, r, _ in _spra_configs(tables):
-        yield where, values(tables.spra_runs, r, FEDERATED_KEYS, "uplink_frac_vs_fedit"), ""
-
-
-def spra_compute(tables: Tables) -> Found:
-    for where, r, _ in _spra_configs(tables):
-        measure = str(r.get("compute_measure") or "client_compute_s")
-        note = "" if measure != "client_compute_s" else "compute time under contention (no FLOPs or isolated time)"
-        per_seed = values(tables.spra_runs, r, FEDERATED_KEYS, "compute_frac_vs_fedit")
-        yield where.then(f", measure {measure}"), per_seed, note
-
-
-def spra_adapter_compute(tables: Tables) -> Found:
-    for where, r, _ in _spra_configs(tables):
-        per_seed = values(tables.spra_runs, r, FEDERATED_KEYS, "adapter_frac_vs_fedit")
-        if per_seed:                                        # runs recorded before the column: no row
-            yield where.then(", measure client_adapter_flops"), per_seed, ""
-
-
-def spra_beats_baselines(tables: Tables) -> Found:
-    for where, r, t in _spra_configs(tables):
-        mine = values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy")
-        for _, other in t[t["method"] != "spra"].iterrows():
-            theirs = values(tables.spra_runs, other, FEDERATED_KEYS, "accuracy")
-            yield where.then(f", vs {other['variant']}"), diff(mine, theirs), ""
-
-
-def spra_lr_rule(tables: Tables) -> Found:
-    for where, r, t in _spra_configs(tables):
-        const = t[(t["method"] == "spra") & (t["lr_rule"] == "const")]
-        if pd.notna(r["resample_every"]):   # the ablation changes the rate rule only
-            const = const[const["resample_every"].isna() | (const["resample_every"] == r["resample_every"])]
-        if "a_variance" in t:              # ... at the same variance of A (1/r_k vs 1/r_ref is its own claim)
-            const = const[const["a_variance"].fillna("").astype(str) == str(r.get("a_variance") or "")]
-        if len(const) and r["lr_rule"] in ("linear", ""):
-            named = const[const["variant"] == "spra_const_lr"]   # not the aggregation or horizon ablations' const rows
-            c = (named if len(named) else const).iloc[0]
-            yield where.then(f", vs {c['variant']}"), diff(values(tables.spra_runs, r, FEDERATED_KEYS, "accuracy"),
-                                                           values(tables.spra_runs, c, FEDERATED_KEYS, "accuracy")), ""
-
-
-def spra_versus(mine: str, theirs: str) -> Callable[[Tables], Found]:
-    """SPRA's own claims as paired variants of one scenario (docs/federated.md, "SPRA's claims"):
-    per (scenario, backend, client optimizer), the per-seed accuracy of variant ``mine`` minus
-    that of ``theirs``, where both ran (make bench's spra_claims step runs them)."""
-    def find(tables: Tables) -> Found:
-        for where, _, t in _spra_configs(tables):
-            a, b = t[t["variant"] == mine], t[t["variant"] == theirs]
-            if len(a) and len(b):
-                yield where.then(f", {mine} vs {theirs}"), diff(
-                    values(tables.spra_runs, a.iloc[0], FEDERATED_KEYS, "accuracy"),
-                    values(tables.spra_runs, b.iloc[0], FEDERATED_KEYS, "accuracy")), ""
-    return find
+    test: str = "bound"          # non-inferiority | superiority | bound | cap (harness/report/inference.py)
+    equivalence: bool = False    # also read as equivalence (TOST within EQUIVALENCE)
 
 
 INTERVAL = "95% t-interval of the per-seed values"
@@ -419,58 +108,67 @@ SPECS = [
     ClaimSpec("full sync", "held-out quality improves on the base model (the run is long enough to learn)",
               "quality - base quality", 0.0, ">=",
               f"per-seed final accuracy minus the base model's (the adapter before update 0, same held-out prompts); "
-              f"met when the whole {INTERVAL} is > 0", full_sync_learns),
-    ClaimSpec("HiLo", "bytes per update <= 1.6% of full sync (configured budget / achieved; by construction)",
-              "bytes_frac", HILO_BYTES, "<=",
-              f"per-seed bytes/update over the same seed's bf16 full sync; met when the whole {INTERVAL} is <= 1.6%",
-              hilo_bytes, "per update (mean over the run)"),
+              f"met when the whole {INTERVAL} is > 0", H.full_sync_learns, test="superiority"),
+    ClaimSpec("HiLo", "bytes per update <= 1.6% of full sync (a cap on every update)",
+              "bytes_frac_max", HILO_BYTES, "<=",
+              "the largest single update's bytes over the same seed's bf16 full sync's bytes per update, over every "
+              "update of every seed; met when that maximum is <= 1.6% (a cap holds on every value, not on a mean)",
+              H.hilo_bytes, "every update", test="cap"),
     ClaimSpec("HiLo", "update speedup >= 2.2x vs full sync", "speedup", HILO_SPEEDUP, ">=",
               f"per-seed full-sync update_s / HiLo update_s at this rate; met when the whole {INTERVAL} is > 2.2",
-              hilo_speedup, "per update (mean over the run)"),
+              H.hilo_speedup, "per update (mean over the run)"),
     ClaimSpec("HiLo", "quality within 2% of full sync", "quality_retained", HILO_RETAINED, ">=",
-              f"per-seed final accuracy / same seed's full sync; met when the whole {INTERVAL} is > 0.98",
-              hilo_quality),
+              f"per-seed final accuracy / same seed's full sync; met when the whole {INTERVAL} is > 0.98 "
+              "(non-inferiority)", H.hilo_quality, test="non-inferiority", equivalence=True),
     ClaimSpec("HiLo", "quality within 2% of low-rank training at equal bytes", "quality / lowrank quality",
               HILO_RETAINED, ">=",
-              f"per-seed final accuracy / same seed's low-rank (smallest rank); met when the whole {INTERVAL} is > 0.98",
-              hilo_equal_bytes),
+              f"per-seed final accuracy / same seed's low-rank (smallest rank), HiLo at the budget nearest the low-rank "
+              f"run's bytes; met when the whole {INTERVAL} is > 0.98 (non-inferiority)", H.hilo_equal_bytes,
+              test="non-inferiority", equivalence=True),
     ClaimSpec("HiLo", "quality within 2% of full sync at equal wall-clock time", "quality_retained_equal_time",
               HILO_RETAINED, ">=",
-              f"per-seed accuracy / same seed's full sync, both when the faster of the two finishes (linear between "
-              f"evaluations); met when the whole {INTERVAL} is > 0.98", hilo_equal_time),
+              f"per-seed accuracy / same seed's full sync, each read at its last evaluation at or before the time the "
+              f"faster of the two finishes (measured points, nothing drawn between evaluations); met when the whole "
+              f"{INTERVAL} is > 0.98 (non-inferiority)", H.hilo_equal_time, test="non-inferiority", equivalence=True),
     ClaimSpec("HiLo", f"reaches {WALLCLOCK_TARGET:.0%} of full sync's final quality no later than full sync",
               "time_to_95_vs_full", 1.0, "<=",
-              f"per-seed time to {WALLCLOCK_TARGET:.0%} of the same seed's full-sync final accuracy, over full sync's "
-              f"own; met when the whole {INTERVAL} is < 1", hilo_time_to_95,
+              f"per-seed time of the first evaluation at or above {WALLCLOCK_TARGET:.0%} of the same seed's full-sync "
+              f"final accuracy, over full sync's own; a seed that never gets there is censored at its run's end (a lower "
+              f"bound: never 'met' while one is censored); met when the whole {INTERVAL} is < 1", H.hilo_time_to_95,
               f"equal wall-clock: time to {WALLCLOCK_TARGET:.0%} of full sync's final quality"),
+    ClaimSpec("HiLo (compressors)", "quality within 2% of full sync, another compressor at HiLo's budget",
+              "quality_retained", HILO_RETAINED, ">=",
+              f"per-seed final accuracy of HiLo with this compressor / same seed's full sync; met when the whole "
+              f"{INTERVAL} is > 0.98 (non-inferiority)", H.hilo_other_compressors, test="non-inferiority",
+              equivalence=True),
     ClaimSpec("SPRA-LoRA", "uplink <= 50% of FedIT", "uplink_frac_vs_fedit", SPRA_UPLINK, "<=",
               f"per-seed uplink bytes/round over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
-              spra_uplink, "per round (mean over the run)"),
+              S.spra_uplink, "per round (mean over the run)"),
     ClaimSpec("SPRA-LoRA", "client compute <= 50% of FedIT (reading 1: the whole client step)",
               "compute_frac_vs_fedit", SPRA_COMPUTE, "<=",
               f"per-seed client compute over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
-              spra_compute, "per round (mean over the run)"),
+              S.spra_compute, "per round (mean over the run)"),
     ClaimSpec("SPRA-LoRA", "client compute <= 50% of FedIT (reading 2: LoRA's own FLOPs over the frozen model's "
               "forward and backward)", "adapter_frac_vs_fedit", SPRA_COMPUTE, "<=",
               f"per-seed adapter FLOPs over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
-              spra_adapter_compute, "per round (mean over the run)"),
+              S.spra_adapter_compute, "per round (mean over the run)"),
     ClaimSpec("SPRA-LoRA", "higher final accuracy than every baseline", "accuracy - baseline accuracy", 0.0, ">=",
               f"per-seed accuracy difference to this baseline (same seed); met when the whole {INTERVAL} is > 0",
-              spra_beats_baselines, "final round"),
+              S.spra_beats_baselines, "final round", test="superiority"),
     ClaimSpec("SPRA-LoRA", "rank-aware (linear) lr beats constant lr", "accuracy - const-lr accuracy", 0.0, ">=",
               f"per-seed accuracy difference to the const-lr ablation; met when the whole {INTERVAL} is > 0",
-              spra_lr_rule, "final round"),
+              S.spra_lr_rule, "final round", test="superiority"),
     ClaimSpec("SPRA-LoRA", "at equal uplink the freed budget buys accuracy (SPRA at 2x each rank vs FedIT)",
               "accuracy - FedIT accuracy", 0.0, ">=",
               f"per-seed accuracy of spra_equal_uplink minus fedit (same uplink bytes); met when the whole {INTERVAL} is > 0",
-              spra_versus("spra_equal_uplink", "fedit"), "final round"),
+              S.spra_versus("spra_equal_uplink", "fedit"), "final round", test="superiority"),
     ClaimSpec("SPRA-LoRA", "rank-aware lr beats constant lr with A's variance fixed at 1/r_ref (the SNR argument alone)",
               "accuracy - const-lr accuracy", 0.0, ">=",
               f"per-seed accuracy of spra_aref_linear minus spra_aref_const; met when the whole {INTERVAL} is > 0",
-              spra_versus("spra_aref_linear", "spra_aref_const"), "final round"),
+              S.spra_versus("spra_aref_linear", "spra_aref_const"), "final round", test="superiority"),
     ClaimSpec("SPRA-LoRA", "periodic resampling of A helps (T=5 vs never)", "accuracy - no-resample accuracy", 0.0,
               ">=", f"per-seed accuracy of spra minus spra_no_resample; met when the whole {INTERVAL} is > 0",
-              spra_versus("spra", "spra_no_resample"), "final round"),
+              S.spra_versus("spra", "spra_no_resample"), "final round", test="superiority"),
 ]
 # Spar's allocation (beyond the paper, docs/compress.md "Allocation"): each variant against the default, energy
 for _at, (_alloc, _what) in enumerate((("normalized", "energy normalised per matrix"),
@@ -479,7 +177,8 @@ for _at, (_alloc, _what) in enumerate((("normalized", "energy normalised per mat
     SPECS.insert(_at, ClaimSpec(
         "HiLo (ablation)", f"allocation ablation: {_alloc} ({_what}) vs energy", "accuracy difference", 0.0, ">=",
         f"per-seed final accuracy of HiLo + Spar with allocation={_alloc} minus energy's (same seed, rate, budget); "
-        f"'met' when the whole {INTERVAL} is > 0 (the variant is better)", hilo_allocation(_alloc)))
+        f"'met' when the whole {INTERVAL} is > 0 (the variant is better)", H.hilo_allocation(_alloc),
+        test="superiority"))
 # SPRA's aggregation (beyond the paper, docs/federated.md "Aggregation"): product (sum_k p_k dW_k) against the
 # column average, each lr rule, at 12 rounds and at 36; and the rank rule under each aggregation at 36 rounds
 for _mine, _theirs, _what, _rounds in (
@@ -493,31 +192,80 @@ for _mine, _theirs, _what, _rounds in (
     SPECS.append(ClaimSpec(
         "SPRA-LoRA (ablation)", f"aggregation ablation: {_what} ({_rounds} rounds)", "accuracy difference", 0.0, ">=",
         f"per-seed accuracy of {_mine} minus {_theirs}; 'met' when the whole {INTERVAL} is > 0 (the first is better)",
-        spra_versus(_mine, _theirs), f"final round ({_rounds} rounds)"))
+        S.spra_versus(_mine, _theirs), f"final round ({_rounds} rounds)", test="superiority"))
 
 
-def judge(spec: ClaimSpec, where: Where, per_seed: dict, note: str, horizon: str | None = None) -> dict:
-    """One claims.csv line: estimate, interval, verdict and seeds to resolve from per-seed values;
-    ``where`` (from ``_where``) also gives the line its ``model``; ``horizon`` (default: the spec's)
-    says which horizon the verdict uses."""
-    if not isinstance(where, Where):
-        raise TypeError(f"{spec.claim}: where {where!r} is not built by claims._where (it names the model)")
-    s = summarize(per_seed.values())
-    v = verdict(s.ci_low, s.ci_high, spec.threshold, spec.direction)
-    need = seeds_needed(s.mean, s.sd, spec.threshold) if v == INCONCLUSIVE else math.nan
-    if s.n < 2:
-        note = "; ".join(x for x in (note, f"n={s.n}: no interval, run >= 3 seeds") if x)
-    return {"method": spec.method, "claim": spec.claim, "where": where.text, "model": where.model,
-            "horizon": spec.horizon if horizon is None else horizon, "estimate": s.mean, "ci_low": s.ci_low,
-            "ci_high": s.ci_high, "sd": s.sd, "n_seeds": s.n, "seeds": ",".join(str(k) for k in per_seed),
-            "rule": spec.rule, "verdict": v, "seeds_to_resolve": need, "threshold": spec.threshold,
-            "direction": spec.direction, "statistic": spec.statistic, "note": note}
+def prompt_scores(prompts: pd.DataFrame | None, pairs: dict | None,
+                  column: str = "correct") -> tuple[np.ndarray, np.ndarray] | None:
+    """(a, b): seeds x prompts of ``column`` at each paired run's final evaluation (the learner's or the
+    server's own policy), or None where the records do not pair prompt by prompt."""
+    if not pairs or prompts is None or prompts.empty or column not in prompts:
+        return None
+    runs = {str(r) for pair in pairs.values() for r in pair}
+    own = prompts[prompts["run_id"].astype(str).isin(runs) & prompts["view"].astype(str).isin(["learner", "server"])]
+    finals = {str(rid): g[g["step"] == g["step"].max()].sort_values("prompt") for rid, g in own.groupby("run_id")}
+    a, b = [], []
+    for seed in sorted(pairs, key=str):
+        mine, theirs = (finals.get(str(r)) for r in pairs[seed])
+        if mine is None or theirs is None or not np.array_equal(mine["prompt"].to_numpy(), theirs["prompt"].to_numpy()):
+            return None
+        a.append(pd.to_numeric(mine[column]).to_numpy(dtype=float))
+        b.append(pd.to_numeric(theirs[column]).to_numpy(dtype=float))
+    if len(a) < 2 or len({len(x) for x in a}) != 1:
+        return None
+    return np.vstack(a), np.vstack(b)
+
+
+def judge(spec: ClaimSpec, *found, prompts: pd.DataFrame | None = None) -> dict:
+    """One claims.csv line from a finder's ``Line`` (or its plain tuple): the estimate, interval and
+    verdict of the claim's test, what the data support, the power to resolve it, and the two-level
+    bootstrap where per-prompt records pair the two sides (module doc)."""
+    line = found[0] if len(found) == 1 and isinstance(found[0], Line) else Line(*found)
+    if not isinstance(line.where, Where):
+        raise TypeError(f"{spec.claim}: where {line.where!r} is not built by claimkit._where (it names the model)")
+    per_seed, cap = line.per_seed, spec.test == "cap"
+    n_cens = len(set(line.censored) & set(per_seed))
+    if cap:
+        s = summarize(per_seed.values())
+        v, p_met, p_not = cap_verdict(per_seed.values(), spec.threshold), math.nan, math.nan
+    else:
+        v, s = censored_verdict(per_seed, set(line.censored), spec.threshold, spec.direction)
+        p_met, p_not = p_values(s, spec.threshold, spec.direction)
+        if n_cens:      # bounds in place of values: the side they cannot show is not tested
+            p_met, p_not = (1.0, p_not) if spec.direction == "<=" else (p_met, 1.0)
+    estimate = max(per_seed.values()) if cap and per_seed else s.mean
+    gap = s.mean - spec.threshold
+    need = seeds_for_power(gap, s.sd) if v == INCONCLUSIVE and not cap and not n_cens else math.nan
+    toward = ("met" if (gap > 0) == (spec.direction == ">=") else "not met") if need == need else ""
+    scores = None if cap else prompt_scores(prompts, line.pairs)
+    boot = two_level(*scores, op=line.op) if scores is not None else (math.nan, math.nan)
+    interval = "" if cap else "95% t over seeds" + ("; beside it the bootstrap over seeds x prompts"
+                                                     if boot[0] == boot[0] else "")
+    return {"method": spec.method, "claim": spec.claim, "where": line.where.text, "model": line.where.model,
+            "horizon": spec.horizon if line.horizon is None else line.horizon, "test": spec.test,
+            "estimate": estimate, "ci_low": math.nan if cap else s.ci_low, "ci_high": math.nan if cap else s.ci_high,
+            "sd": s.sd, "n_seeds": s.n, "seeds": ",".join(str(k) for k in per_seed), "rule": spec.rule, "verdict": v,
+            "p_two": two_sided(p_met, p_not), "_p_met": p_met, "_p_not": p_not,
+            "supported": estimate if cap else supported_bound(s, spec.direction),
+            "equivalence": tost(s, *EQUIVALENCE) if spec.equivalence and not n_cens else "",
+            "seeds_80": need, "resolves": toward, "censored": f"{n_cens} of {s.n}" if n_cens else "",
+            "interval": interval, "boot_low": boot[0], "boot_high": boot[1], "threshold": spec.threshold,
+            "direction": spec.direction, "statistic": spec.statistic, "note": line.note}
 
 
 def claims_frame(tables: Tables, specs: list[ClaimSpec] | None = None) -> pd.DataFrame:
-    """Every claim the results allow judging, HiLo first (claims.csv)."""
-    lines = [judge(spec, *found) for spec in (specs or SPECS) for found in spec.find(tables)]
-    return pd.DataFrame(lines, columns=COLUMNS)
+    """Every claim the results allow judging (>= 2 seeds), HiLo first (claims.csv), with the
+    Holm-adjusted verdicts over the whole table; ``attrs["unjudged"]``: lines left out (n < 2)."""
+    prompts = getattr(tables, "prompts", None)
+    lines = [judge(spec, *found, prompts=prompts) for spec in (specs or SPECS) for found in spec.find(tables)]
+    kept = [x for x in lines if x["n_seeds"] >= 2]
+    for x, p in zip(kept, holm([x["p_two"] for x in kept])):
+        p_met, p_not = x.pop("_p_met"), x.pop("_p_not")
+        x["p_holm"] = p
+        x["verdict_holm"] = x["verdict"] if x["test"] == "cap" else holm_verdict(p, p_met, p_not)
+    frame = pd.DataFrame(kept, columns=COLUMNS)
+    frame.attrs["unjudged"] = len(lines) - len(kept)
+    return frame
 
 
 def crossover_frame(tables: Tables) -> pd.DataFrame:

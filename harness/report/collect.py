@@ -21,12 +21,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-try:  # the lead's reader; the fallback reads the same layout
-    from harness.record import read_rows as _read_rows
-except ImportError:  # pragma: no cover - only before harness/record.py exists
-    def _read_rows(run_dir: Path) -> pd.DataFrame:
-        parts = sorted((Path(run_dir) / "rows").glob("*.parquet"))
-        return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
+from harness.record import read_prompts
+from harness.record import read_rows as _read_rows
 
 HUB_ROLES = {"learner": "onpolicy", "server": "federated"}
 LOADED_FRACTION = 0.5   # old records (no others_cpu_s): 1-minute loadavg above this fraction of the CPUs
@@ -168,7 +164,18 @@ class Run:
                 "sync_dtype": str(method.get("sync_dtype") or ""),
                 "allocation": self.allocation,
                 "steps": float((self.config.get("onpolicy") or {}).get("steps") or "nan") if self.kind == "onpolicy"
-                else float("nan")}
+                else float("nan"),
+                "run_wall_s": self.wall_s}
+
+    @property
+    def wall_s(self) -> float:
+        """The run's wall seconds, launch to end (run.json ``load.wall_s``, else ``seconds``; NaN: neither)."""
+        load = self.meta.get("load") or {}
+        value = load.get("wall_s", self.meta.get("seconds")) if isinstance(load, dict) else self.meta.get("seconds")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return float("nan")
 
     @property
     def allocation(self) -> str:
@@ -195,10 +202,12 @@ class Run:
 
 @dataclass
 class Collection:
-    """Every run found; ``rows`` holds the rows of the ok runs only (plus ``command``, ``model``, ``ref_rank``)."""
+    """Every run found; ``rows`` holds the rows of the ok runs only (plus ``command``, ``model``, ``ref_rank``);
+    ``prompts`` their per-prompt evaluation records (harness/record.py ``prompts/``; empty for runs that kept none)."""
     results_dir: Path
     runs: list[Run] = field(default_factory=list)
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    prompts: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def ok_runs(self) -> list[Run]:
@@ -290,4 +299,7 @@ def collect(results_dir: Path | str, runs_from: Path | str | None = None) -> Col
             frame["rebuilt_base"], frame["base_sha256"] = r.bases()
             frames.append(frame)
     rows = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
-    return Collection(results_dir, runs, rows)
+    kept = [read_prompts(r.run_dir).assign(run_id=r.run_id) for r in runs if r.ok]
+    kept = [k for k in kept if len(k)]
+    prompts = pd.concat(kept, ignore_index=True, sort=False) if kept else pd.DataFrame()
+    return Collection(results_dir, runs, rows, prompts)

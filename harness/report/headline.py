@@ -1,13 +1,15 @@
 """summary.md's headline: what the claims say, in words, at the top (written from claims.csv).
 
-Three sentences a reader can stop after: what held (verdict ``met``), what did not (``not met``),
-and what is undecided (``inconclusive``: how many rest on a single seed, and which are nearest to a
-verdict by the seeds the claims table says would resolve them). Rows of one claim are named
-together with their settings (``hilo_distill 10 Mbit/s``), each with its estimate, interval and n,
-rounded to the digits the interval supports (harness.report.summary.claim_text).
+Three bullets a reader can stop after: what held (verdict ``met``), what did not (``not met``),
+and what is undecided (``inconclusive``, and how many lines had too few seeds to be judged at all),
+with the undecided nearest to a verdict by the seeds the claims table says 80% power needs. A
+line whose Holm-adjusted verdict differs says so. Lines of one claim are named together with their
+settings (``hilo_distill 10 Mbit/s``), each with its estimate, interval and n, rounded to the digits
+the interval supports (harness.report.summary.claim_text).
 
-Reads the claims frame's columns as claims.csv has them: method, claim, where, model, horizon,
-estimate, ci_low, ci_high, n_seeds (or n), verdict, statistic, seeds_to_resolve.
+Reads the claims frame's columns as claims.csv has them: method, claim, where, model, estimate,
+ci_low, ci_high, n_seeds (or n), verdict, verdict_holm, statistic, seeds_80 and resolves (older
+tables: seeds_to_resolve), and the frame's ``attrs["unjudged"]`` (lines with fewer than 2 seeds).
 """
 from __future__ import annotations
 
@@ -42,9 +44,21 @@ def setting(c: pd.Series, scenario: bool = True) -> str:
 
 
 def _estimate(text: Callable[[pd.Series], str], c: pd.Series) -> str:
-    """'2.50× [2.31×, 2.69×], n=5' from the table's '2.50× [2.31×, 2.69×] (n=5)'."""
+    """'2.50× [2.31×, 2.69×], n=5' from the table's '2.50× [2.31×, 2.69×] (n=5)'; the Holm verdict when it differs."""
     value = text(c)
-    return value[:-1].replace(" (n=", ", n=") if value.endswith(")") and " (n=" in value else value
+    value = value[:-1].replace(" (n=", ", n=") if value.endswith(")") and " (n=" in value else value
+    holm = c.get("verdict_holm")
+    if isinstance(holm, str) and holm and holm != c.get("verdict"):
+        value += f"; {holm} after Holm's adjustment"
+    return value
+
+
+def _seeds_needed(frame: pd.DataFrame) -> pd.Series:
+    """Seeds that would decide each line: ``seeds_80`` (80% power), else an older table's ``seeds_to_resolve``."""
+    for column in ("seeds_80", "seeds_to_resolve"):
+        if column in frame:
+            return pd.to_numeric(frame[column], errors="coerce")
+    return pd.Series(math.nan, index=frame.index)
 
 
 def _listed(rows: pd.DataFrame, text: Callable[[pd.Series], str]) -> list[str]:
@@ -74,12 +88,17 @@ def headline(claims: pd.DataFrame, text: Callable[[pd.Series], str]) -> list[str
     out += [f"- **Held** ({len(held)}){':' if len(held) else '.'}", *_listed(held, text)]
     out += [f"- **Did not hold** ({len(failed)}){':' if len(failed) else '.'}", *_listed(failed, text)]
     line = f"- **Undecided** ({len(open_)})"
+    unjudged = int(claims.attrs.get("unjudged") or 0)
     single = int(sum(seeds_of(c) < 2 for _, c in open_.iterrows()))
-    if single:
+    if single:                           # an older table judged such lines (as inconclusive)
         line += f", {single} of them on fewer than two seeds (no interval: run >= 3 seeds)"
-    near = open_[open_["seeds_to_resolve"].notna()] if "seeds_to_resolve" in open_ else open_.iloc[:0]
-    near = near[near["seeds_to_resolve"] != math.inf].sort_values("seeds_to_resolve", kind="stable")
+    if unjudged:
+        line += f"; {unjudged} more lines had fewer than 2 seeds and were not judged (run >= 3 seeds)"
+    needed = _seeds_needed(open_)
+    near = open_.assign(_needed=needed)[needed.notna() & (needed != math.inf)].sort_values("_needed", kind="stable")
     out.append(line + ("; nearest to a verdict:" if len(near) else "."))
-    out += [f"  - {c['method']}: {c['claim']} — {setting(c)}: {_estimate(text, c)}; about "
-            f"{int(c['seeds_to_resolve'])} seeds would decide it" for _, c in near.head(NEAREST).iterrows()]
+    for _, c in near.head(NEAREST).iterrows():
+        way = f" (toward {c['resolves']})" if isinstance(c.get("resolves"), str) and c.get("resolves") else ""
+        out.append(f"  - {c['method']}: {c['claim']} — {setting(c)}: {_estimate(text, c)}; about "
+                   f"{int(c['_needed'])} seeds would decide it{way}")
     return out + [""]

@@ -14,6 +14,8 @@ On-policy (learner rows, ``role == "learner"``):
   that wrote rows. Payload bytes, not wire bytes: ``wire_bytes_per_update`` (the learner's
   interface counters, with TCP/IP and framing, also per worker) is reported beside it, and
   ``downlink_bytes_per_update`` is the all-links total.
+- ``bytes_frac_max``: the largest single update's bytes over full sync's bytes per update: what a
+  cap on every update is judged on.
 - ``bytes_frac``: ``bytes_per_update / bytes_per_update(full sync)``, where *full sync* is
   the ``full_sync`` configuration with the same backend, model, task, rate and delay, at the
   scenario's training rank (``model.rank`` in run.json; a ``lowrank`` run trains below it
@@ -26,9 +28,10 @@ On-policy (learner rows, ``role == "learner"``):
 - ``quality``: the task's quality at the last evaluation, ``QUALITY_METRIC[task]``: final
   held-out accuracy for ``distill`` and ``reward`` (and the federated task); the metric used
   is named in ``quality_metric``. ``quality_retained = quality / quality(full sync)``.
-- ``time_to_target_s`` [s]: cumulative learner ``update_s`` at which quality reaches
-  ``TARGET_FRACTION`` x the same seed's full-sync final quality, linear in time between
-  evaluations (NaN: never reached). ``continuous``: the task's ``CONTINUOUS_METRIC`` at the end.
+- ``time_to_target_s`` [s]: cumulative learner ``update_s`` of the first evaluation at which quality
+  is at or above ``TARGET_FRACTION`` x the same seed's full-sync final quality (a measured point,
+  never a value drawn between evaluations; NaN: not reached by the run's end).
+  ``continuous``: the task's ``CONTINUOUS_METRIC`` at the end.
 - Horizons (docs/onpolicy.md "Horizons"): every quality comparison is judged at two horizons.
   Equal updates: the final evaluation, with ``final_slope`` [quality per 100 updates], the
   least-squares slope of the held-out quality over the run's last ``PLATEAU_EVALS``
@@ -36,12 +39,19 @@ On-policy (learner rows, ``role == "learner"``):
   its per-seed slopes reaches 0 or below (``plateau``). Equal wall-clock:
   ``equal_time_s`` [s] = min(this run's, the same seed's full sync's total update time), the
   time at which the faster of the two finishes; ``quality_retained_equal_time`` = this run's
-  quality at that time over full sync's (``quality_at_time``: linear in cumulative update time
-  between evaluations; NaN before a run's first evaluation; where the pair's full sync evaluated
-  the base model, ``onpolicy.eval_base``, both curves start from it at t = 0); ``time_to_95_s`` [s] = the time
-  this run takes to reach ``WALLCLOCK_TARGET`` (95%) x the same seed's full-sync final quality
-  and ``time_to_95_vs_full`` = that time over full sync's own (< 1: there sooner; NaN when
-  either never gets there).
+  quality over full sync's, each read at its own last evaluation at or before that time
+  (``quality_read_at``: a measured value, never one drawn between evaluations; the times read are
+  ``equal_time_read_s`` and ``equal_time_full_read_s``; where the pair's full sync evaluated the
+  base model, ``onpolicy.eval_base``, both curves start from it at t = 0); ``time_to_95_s`` [s] =
+  the cumulative time of this run's first evaluation at or above ``WALLCLOCK_TARGET`` (95%) x the
+  same seed's full-sync final quality, and ``time_to_95_vs_full`` = that time over full sync's own
+  (< 1: there sooner). A run that never gets there is *censored*, not dropped:
+  ``time_to_95_censored`` is True and ``time_to_95_vs_full`` holds the lower bound (its run's
+  end over full sync's time: it would have needed longer than it ran). Full sync always reaches
+  95% of its own final quality, by its last evaluation at the latest. Runs that score their curve on a
+  fixed subset of the held-out prompts (``onpolicy.curve_prompts``, the rows' ``curve_<metric>``) take
+  every point of these horizons, the base's and the target's (95% of full sync's final value on that
+  subset) from the subset: one prompt set per curve.
 - ``wire_efficiency``: ideal over measured downlink time,
   ``sum(bytes_per_update_t * 8 / rate_bps) / sum(transfer_down_s_t)`` (``transfer_s`` when the
   split is absent); 1.0 means the payload crossed at the configured link rate, lower means
@@ -53,6 +63,9 @@ On-policy (learner rows, ``role == "learner"``):
 - ``staleness`` / ``rollout_kl``: the overlap mode (``onpolicy.staleness``, 0 = synchronous;
   speedups of either are against the synchronous full sync) and the mean measured
   KL(rollout policy || trained policy) per token of a stale run (NaN at staleness 0).
+- ``run_wall_s`` [s]: the run's wall clock from launch to end (run.json); ``updates_s_total`` and
+  ``eval_s_total`` [s]: the sums of its updates' and its evaluations' seconds (the learner's rows):
+  what a seed costs and where it goes (the rest is start-up: processes, models, links).
 - ``in_sync_frac``: fraction of verified updates (learner rows with ``in_sync`` set; worker
   rows when the learner has none) at which every worker's checksum matched the learner's.
 
@@ -104,7 +117,8 @@ QUALITY_FALLBACK = ("accuracy", "reward")
 CONTINUOUS_METRIC = {"distill": "reverse_kl", "reward": "reward", "federated": "eval_loss"}
 LOWER_IS_BETTER = {"reverse_kl", "eval_loss"}
 COMPUTE_MEASURES = ("client_flops", "client_compute_isolated_s", "client_compute_s")   # best first
-ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "policy_kl", "bytes_frac", "speedup",
+ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "policy_kl", "bytes_frac", "bytes_frac_max",
+                  "speedup",
                   "quality_retained", "time_to_target_s", "efficiency", "rollout_kl", "final_slope", "equal_time_s",
                   "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full",
                   "base_quality", "gain_over_base"]
@@ -181,9 +195,13 @@ def _per_worker_down(rows: pd.DataFrame, hub: pd.DataFrame) -> pd.Series:
 
 
 def onpolicy_curve(rows: pd.DataFrame) -> pd.DataFrame:
-    """One run's learner trajectory: step, cum_bytes [bytes per worker], cum_time_s [s], quality (NaN between evals)."""
+    """One run's learner trajectory: step, cum_bytes [bytes per worker], cum_time_s [s], quality (NaN between
+    evals). Where the run scored its curve on a fixed subset of the held-out prompts (``onpolicy.curve_prompts``:
+    the ``curve_<metric>`` column), the curve reads that column at every evaluation: one prompt set throughout."""
     hub = _hub(rows, "learner")
     metric = quality_metric(str(_first(hub, "task", "")), hub)
+    if metric and f"curve_{metric}" in hub and hub[f"curve_{metric}"].notna().any():
+        metric = f"curve_{metric}"
     return pd.DataFrame({
         "step": hub["step"].to_numpy(),
         "cum_bytes": _per_worker_down(rows, hub).fillna(0).cumsum().to_numpy(),
@@ -229,6 +247,7 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "updates": int(len(hub)),
         "workers": n,
         "bytes_per_update": down.mean(),
+        "bytes_per_update_max": down.max(),
         "downlink_bytes_per_update": _col(hub, "payload_bytes_down").mean(),
         "wire_bytes_per_update": _col(hub, "wire_bytes_down").mean() / n,
         "resync_bytes": _col(hub, "resync_bytes").fillna(0).sum(),
@@ -238,6 +257,9 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "quality": quality.iloc[-1] if len(quality) else np.nan,
         "quality_metric": metric or "none",
         "base_quality": _final(hub, f"base_{metric}") if metric else np.nan,   # onpolicy.eval_base: before update 0
+        # the learning curve's own prompt set (onpolicy.curve_prompts): its final and base values (NaN: none kept)
+        "curve_quality": _final(hub, f"curve_{metric}") if metric else np.nan,
+        "curve_base_quality": _final(hub, f"base_curve_{metric}") if metric else np.nan,
         "continuous": _final(hub, cont),
         "continuous_metric": cont or "none",
         "policy_kl": _final(hub, "policy_kl"),
@@ -245,6 +267,10 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "efficiency": _ratio(_col(hub, "bound_s"), _col(hub, "update_s")),
         "rollout_kl": _col(hub, "rollout_kl").mean(),
         **{f"phase_{p}": _col(hub, p).median() for p in (*PHASES, "replay_s", "bound_s", "update_s")},
+        # where a run's time goes (the cost of a seed): its updates, its evaluations, the rest (start-up, set-up)
+        "run_wall_s": _first(hub, "run_wall_s"),
+        "updates_s_total": _col(hub, "update_s").sum(),
+        "eval_s_total": _col(hub, "eval_s").fillna(0).sum(),
     }
 
 
@@ -299,25 +325,13 @@ def _pick_reference(candidates: pd.DataFrame, row: pd.Series, name: str) -> pd.S
 
 
 def time_to_target(curve: pd.DataFrame, target: float) -> float:
-    """Cumulative update time [s] at which quality first reaches ``target``, linear in time between evaluations.
-
-    Between the last evaluation below the target (t0, q0) and the first at or above it
-    (t1, q1): ``t0 + (target - q0) / (q1 - q0) * (t1 - t0)``, so the figure measures learning
-    speed rather than the evaluation interval. Reached at the first evaluation: that
-    evaluation's time (nothing earlier was measured). NaN: never reached.
-    """
+    """Cumulative update time [s] of the first evaluation at which quality is at or above ``target``
+    (a measured point: nothing between evaluations is drawn); NaN: never reached."""
     if math.isnan(target):
         return np.nan
     pts = curve.dropna(subset=["quality"])
     hit = np.flatnonzero(pts["quality"].to_numpy() >= target)
-    if not len(hit):
-        return np.nan
-    i = int(hit[0])
-    t1, q1 = float(pts["cum_time_s"].iloc[i]), float(pts["quality"].iloc[i])
-    if i == 0:
-        return t1
-    t0, q0 = float(pts["cum_time_s"].iloc[i - 1]), float(pts["quality"].iloc[i - 1])
-    return t0 + (target - q0) / (q1 - q0) * (t1 - t0)
+    return float(pts["cum_time_s"].iloc[int(hit[0])]) if len(hit) else np.nan
 
 
 def final_slope(curve: pd.DataFrame, evals: int = PLATEAU_EVALS) -> float:
@@ -330,17 +344,17 @@ def final_slope(curve: pd.DataFrame, evals: int = PLATEAU_EVALS) -> float:
     return float(100 * np.polyfit(x, pts["quality"].to_numpy(dtype=float), 1)[0])
 
 
-def quality_at_time(curve: pd.DataFrame, t: float) -> float:
-    """Quality at cumulative update time ``t`` [s], linear in time between evaluations; an
-    evaluation at exactly ``t`` is that evaluation's value; NaN before the first evaluation or
-    after the last (nothing was measured there)."""
+def quality_read_at(curve: pd.DataFrame, t: float) -> tuple[float, float]:
+    """(quality, its time [s]) of the last evaluation at or before cumulative update time ``t``: a
+    measured value, never one drawn between evaluations; (NaN, NaN) before the first evaluation."""
     pts = curve.dropna(subset=["quality"])
     if math.isnan(t) or pts.empty:
-        return np.nan
-    times, qs = pts["cum_time_s"].to_numpy(dtype=float), pts["quality"].to_numpy(dtype=float)
-    if t < times[0] - 1e-12 or t > times[-1] + 1e-12:
-        return np.nan
-    return float(np.interp(t, times, qs))
+        return np.nan, np.nan
+    times = pts["cum_time_s"].to_numpy(dtype=float)
+    at = np.flatnonzero(times <= t + 1e-9)
+    if not len(at):
+        return np.nan, np.nan
+    return float(pts["quality"].iloc[int(at[-1])]), float(times[int(at[-1])])
 
 
 def plateau(slopes: Iterable[float]) -> tuple[bool, Any]:
@@ -368,25 +382,34 @@ def _from_base(curve: pd.DataFrame, q0: float) -> pd.DataFrame:
 def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFrame]) -> None:
     """The equal-updates slope and the equal-wall-clock columns of every run (module docstring)."""
     frame["final_slope"] = [final_slope(curves[r]) for r in frame["run_id"]]
-    eq, kept, t95, vs = [], [], [], []
+    cols: dict[str, list] = {k: [] for k in ("equal_time_s", "quality_retained_equal_time", "equal_time_read_s",
+                                             "equal_time_full_read_s", "time_to_95_s", "time_to_95_vs_full",
+                                             "time_to_95_censored")}
     for r, b, sha in zip(frame["run_id"], base, frame["base_sha256"]):
         if b < 0:
-            eq.append(np.nan), kept.append(np.nan), t95.append(np.nan), vs.append(np.nan)
+            for k in cols:
+                cols[k].append(False if k == "time_to_95_censored" else np.nan)
             continue
         mine, full = curves[r], curves[frame.at[b, "run_id"]]
-        q0 = frame.at[b, "base_quality"]
+        subset = frame.at[b, "curve_quality"] == frame.at[b, "curve_quality"]   # curves on the curve prompts
+        q0 = frame.at[b, "curve_base_quality" if subset else "base_quality"]
         if q0 == q0 and sha == frame.at[b, "base_sha256"]:   # both start from the base policy measured at t=0
             mine, full = _from_base(mine, q0), _from_base(full, q0)
         t = min(_end_time(mine), _end_time(full))
-        q_full = quality_at_time(full, t)
-        eq.append(t)
-        kept.append(quality_at_time(mine, t) / q_full if q_full and q_full == q_full else np.nan)
-        target = WALLCLOCK_TARGET * frame.at[b, "quality"]
+        (q_mine, at_mine), (q_full, at_full) = quality_read_at(mine, t), quality_read_at(full, t)
+        cols["equal_time_s"].append(t)
+        cols["equal_time_read_s"].append(at_mine)
+        cols["equal_time_full_read_s"].append(at_full)
+        cols["quality_retained_equal_time"].append(q_mine / q_full if q_full and q_full == q_full else np.nan)
+        target = WALLCLOCK_TARGET * frame.at[b, "curve_quality" if subset else "quality"]
         t_mine, t_full = time_to_target(mine, target), time_to_target(full, target)
-        t95.append(t_mine)
-        vs.append(t_mine / t_full if t_full and t_full == t_full else np.nan)
-    frame["equal_time_s"], frame["quality_retained_equal_time"] = eq, kept
-    frame["time_to_95_s"], frame["time_to_95_vs_full"] = t95, vs
+        censored = bool(t_mine != t_mine and target == target and len(mine.dropna(subset=["quality"])))
+        cols["time_to_95_s"].append(t_mine)
+        cols["time_to_95_censored"].append(censored)
+        reach = _end_time(mine) if censored else t_mine          # censored: the bound its run's end gives
+        cols["time_to_95_vs_full"].append(reach / t_full if t_full and t_full == t_full else np.nan)
+    for k, v in cols.items():
+        frame[k] = v
 
 
 def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
@@ -422,6 +445,7 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
     frame["baseline_variant"] = [frame.at[b, "variant"] if b >= 0 else "" for b in base]
     frame["baseline_dtype"] = [frame.at[b, "sync_dtype"] if b >= 0 else "" for b in base]
     frame["bytes_frac"] = paired_column(frame, base, "bytes_per_update")
+    frame["bytes_frac_max"] = paired_column(frame, base, "bytes_per_update_max", "bytes_per_update")
     frame["speedup"] = 1.0 / paired_column(frame, base, "update_s")
     frame["quality_retained"] = paired_column(frame, base, "quality")
     frame["gain_over_base"] = frame["quality"] - frame["base_quality"]     # NaN without onpolicy.eval_base

@@ -123,4 +123,5 @@ def select_reference(coll: Collection, manifest: Manifest) -> Collection:
             "not reference", f"not a run of the reference ({MARKER} lists its runs)")
     ok_ids = {r.run_id for r in coll.ok_runs}
     rows = coll.rows[coll.rows["run_id"].isin(ok_ids)].reset_index(drop=True) if len(coll.rows) else coll.rows
-    return Collection(coll.results_dir, coll.runs, rows)
+    prompts = coll.prompts[coll.prompts["run_id"].isin(ok_ids)].reset_index(drop=True) if len(coll.prompts) else coll.prompts
+    return Collection(coll.results_dir, coll.runs, rows, prompts)

@@ -82,7 +82,7 @@ def stat(column: str, fmt: str = "{:.3f}", unit: str = "", scale: float = 1.0) -
 
 
 FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit/s", 1.0),
-           "bytes_frac": ("{:.4f}", "%", 100.0)}   # bytes sit just under or over a budget: show the digits
+           "bytes_frac": ("{:.4f}", "%", 100.0), "bytes_frac_max": ("{:.3f}", "%", 100.0)}   # bytes sit near a budget
 
 
 def _format(statistic: str) -> tuple[str, str, float]:
@@ -112,18 +112,33 @@ def supported_decimals(statistic: str, estimate: float, low: float, high: float)
 
 
 def claim_text(c: pd.Series) -> str:
-    """``'2.50× [2.31×, 2.69×] (n=5)'``: estimate, 95% interval, seeds; rounded to what the interval supports."""
+    """``'2.50× [2.31×, 2.69×] (n=5)'``: estimate, 95% interval, seeds, rounded to what the interval
+    supports (supported_decimals); a cap: ``'max 1.598% (n=5)'``; a censored estimate:
+    ``'>= 0.61 [...] (n=5, 2 censored)'``."""
+    if str(c.get("test", "")) == "cap":
+        return f"max {claim_value(c['statistic'], c['estimate'])} (n={seeds_of(c)})"
     decimals = supported_decimals(c["statistic"], c["estimate"], c["ci_low"], c["ci_high"])
     value = lambda v: claim_value(c["statistic"], v, decimals)  # noqa: E731
     interval = "" if _nan(c["ci_low"]) else f" [{value(c['ci_low'])}, {value(c['ci_high'])}]"
-    return f"{value(c['estimate'])}{interval} (n={seeds_of(c)})"
+    censored = str(c.get("censored", "") or "")
+    head = ">= " if censored and not _nan(c.get("estimate")) else ""
+    tail = f", {censored.split(' of ')[0]} censored" if censored else ""
+    return f"{head}{value(c['estimate'])}{interval} (n={seeds_of(c)}{tail})"
+
+
+def power_text(c: pd.Series) -> str:
+    """Seeds for 80% power to resolve an inconclusive claim, and which way (``'31 (met)'``), else a dash."""
+    v = c.get("seeds_80")
+    if _nan(v):
+        return DASH
+    return ("> 100000" if v == math.inf else f"{int(v)}") + (f" ({c['resolves']})" if c.get("resolves") else "")
 
 
 _NO_INTERVAL = re.compile(r"(;\s*)?n=[01]: no interval, run >= 3 seeds")
 
 
 def _note(text: str) -> str:
-    """A claim's note without the no-interval remark the section states once."""
+    """A claim's note without the no-interval remark (lines with fewer than 2 seeds are not judged)."""
     return _NO_INTERVAL.sub("", str(text)).strip("; ").strip()
 
 
@@ -183,34 +198,76 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
         return out + ["No run in these results measures a headline claim (HiLo + Spar with a full-sync "
                       "baseline, or SPRA with FedIT).", ""]
     counts = frame["verdict"].value_counts()
+    held = frame["verdict_holm"].value_counts() if "verdict_holm" in frame else counts
     out += ["Each estimate is the mean of per-seed values (ratios and differences formed on the two runs of the "
-            "same seed), with its 95% Student t-interval in brackets and n the seeds it rests on. A claim is "
-            "**met** only when the whole interval is on the claim's side of the threshold, **not met** only when "
-            "the whole interval is on the other side, **inconclusive** otherwise (the interval contains or touches "
-            "the threshold, or n < 2). Full rules and per-claim seeds: `tables/claims.csv`.", "",
-            f"Verdicts: {', '.join(f'{k} {v}' for k, v in counts.items())}.", ""]
-    frame = frame.assign(text=frame.apply(claim_text, axis=1),
-                         resolve=[("≥ 10000" if v == math.inf else f"{int(v)}") if not _nan(v) else DASH
-                                  for v in frame["seeds_to_resolve"]],
+            "same seed), with its 95% Student t-interval over seeds in brackets and n the seeds it rests on. A claim "
+            "is **met** only when the whole interval is on the claim's side of the threshold, **not met** only when "
+            "the whole interval is on the other side, **inconclusive** otherwise. Each claim names its test: "
+            "non-inferiority (\"within 2%\": the lower end above 98%), superiority (a difference above 0), a bound "
+            "on a mean, or a cap (a limit on every update, judged on the largest one). *Holm* is the verdict after "
+            "Holm's adjustment for the number of claims in this table; *supported* is what the interval supports "
+            "whatever the threshold; *seeds for 80%* the seeds that would resolve an inconclusive claim with 80% "
+            "power at the observed spread, and in which direction. A seed that never reached a target counts as a "
+            "lower bound (censored), never dropped. Full rules, p-values, the equivalence (TOST) reading and the "
+            "two-level bootstrap over seeds and prompts: `tables/claims.csv`.", "",
+            f"Verdicts: {', '.join(f'{k} {v}' for k, v in counts.items())}; after Holm: "
+            f"{', '.join(f'{k} {v}' for k, v in held.items())}."
+            + (f" {frame.attrs['unjudged']} lines with fewer than 2 seeds are not judged."
+               if frame.attrs.get("unjudged") else ""), ""]
+    frame = frame.assign(text=frame.apply(claim_text, axis=1), power=frame.apply(power_text, axis=1),
+                         backed=[claim_value(st, v, supported_decimals(st, e, lo, hi)) if not _nan(v) else DASH
+                                 for st, v, e, lo, hi in zip(frame["statistic"], frame["supported"], frame["estimate"],
+                                                             frame["ci_low"], frame["ci_high"])],
+                         holm=frame["verdict_holm"].fillna("").astype(str) if "verdict_holm" in frame else "",
                          note=frame["note"].fillna("").astype(str).map(_note),
                          setting=frame.apply(lambda c: setting(c, scenario=False), axis=1),
-                         group=[f"`{str(w).split(' [', 1)[0]}`" + (f" · backend `{str(w).split(' [', 1)[1].split(']', 1)[0]}`"
-                                                                   if " [" in str(w) else "") + f" · {m}"
-                                for w, m in zip(frame["where"], frame.get("model", pd.Series("", index=frame.index)))])
-    out += ["An estimate with n < 2 has no interval (run >= 3 seeds). One table per scenario, backend and model; "
-            "*setting*: the link, rank and baseline of the row; each row's horizon (equal updates or equal "
-            "wall-clock) is in `tables/claims.csv`.", ""]
+                         group=[_group(w, m) for w, m in zip(frame["where"],
+                                                             frame.get("model", pd.Series("", index=frame.index)))])
+    out += ["One table per scenario, backend and model; *setting*: the link, rank and baseline of the line; each "
+            "line's horizon (equal updates or equal wall-clock) is in `tables/claims.csv`.", ""]
     for group, g in frame.groupby("group", sort=False):
         out += [f"**{group}**", "",
                 markdown_table(g, [("method", "method", str), ("claim", "claim", str), ("setting", "setting", str),
-                                   ("estimate [95% CI] (n)", "text", str), ("verdict", "verdict", str),
-                                   ("seeds to resolve", "resolve", str), ("note", "note", str)]), ""]
-    need = frame[(frame["verdict"] == "inconclusive") & frame["seeds_to_resolve"].notna()]
-    if len(need):
-        out += [f"Seeds to resolve the inconclusive claims (t half-width at the observed sd below the distance of "
-                f"the mean to the threshold): {', '.join(sorted(set(need['resolve'])))}; claims with n < 2 need "
-                "a second seed before any estimate of the spread.", ""]
+                                   ("test", "test", str), ("estimate [95% CI] (n)", "text", str),
+                                   ("verdict", "verdict", str), ("Holm", "holm", str), ("supported", "backed", str),
+                                   ("seeds for 80%", "power", str), ("note", "note", str)]), ""]
     return out
+
+
+def cost_section(tables: Tables) -> list[str]:
+    """What a seed costs: per on-policy configuration, the mean wall time of one run and its share in
+    updates and in evaluation (the rest is start-up: processes, models, links)."""
+    runs = tables.hilo_runs
+    need = {"run_wall_s", "updates_s_total", "eval_s_total"}
+    if runs.empty or not need <= set(runs.columns) or not runs["run_wall_s"].notna().any():
+        return []
+    out = ["## What a seed costs", "",
+           "Per configuration, the mean over its runs of one run's wall time (launch to end, run.json), the share "
+           "spent in updates and in held-out evaluation (the learner's rows), the rest being start-up (processes, "
+           "model loading, links). Evaluation is kept under a fifth of a run where it can be.", ""]
+    rows = []
+    for (scenario, backend, variant), g in runs.groupby(["scenario", "backend", "variant"], sort=True):
+        wall = pd.to_numeric(g["run_wall_s"], errors="coerce")
+        if not wall.notna().any():
+            continue
+        upd, ev = pd.to_numeric(g["updates_s_total"], errors="coerce"), pd.to_numeric(g["eval_s_total"], errors="coerce")
+        rows.append({"scenario": scenario, "backend": backend, "variant": variant, "n": int(wall.notna().sum()),
+                     "wall": f"{wall.mean() / 60:.1f} min", "updates": f"{(upd / wall).mean():.0%}",
+                     "evaluation": f"{(ev / wall).mean():.0%}"})
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)
+    return out + [markdown_table(frame, [("scenario", "scenario", str), ("backend", "backend", str),
+                                         ("variant", "variant", str), ("runs", "n", str), ("wall per run", "wall", str),
+                                         ("updates", "updates", str), ("evaluation", "evaluation", str)]), ""]
+
+
+def _group(where: object, model: object) -> str:
+    """A claims table's heading from a line's ``where``: '`hilo_real` · backend `tc` · SmolLM2-135M-Instruct (real)'."""
+    text = str(where)
+    scenario, _, rest = text.partition(" [")
+    backend = rest.split("]", 1)[0] if rest else ""
+    return f"`{scenario}`" + (f" · backend `{backend}`" if backend else "") + (f" · {model}" if model else "")
 
 
 def crossover_section(cross: pd.DataFrame) -> list[str]:
@@ -574,7 +631,7 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
     claims = claims_frame(tables) if claims is None else claims
     lines += headline(claims, claim_text)
     lines += claims_section(tables, claims) + plots_section(plots, coll.results_dir)
-    lines += crossover_section(cross) + load_section(coll, tables)
+    lines += crossover_section(cross) + load_section(coll, tables) + cost_section(tables)
     lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
     lines += extra_sections(tables) + sparsity_section(coll.results_dir) + compress_section(coll.results_dir)

@@ -42,10 +42,11 @@ HILO_EXTRA = ["scenario", "backend", "model", "variant", "delay_ms", "budget_fra
               "wire_bytes_per_update",
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
               "baseline_dtype", "command", "staleness", "trace", "allocation", "steps", "efficiency", "rollout_kl",
-              "base_quality", "gain_over_base"]
+              "base_quality", "gain_over_base", "bytes_frac_max", "run_wall_s", "updates_s_total", "eval_s_total"]
 HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
 # per run only (the claims' horizons, harness/report/metrics.py "Horizons"): judged from the seeds, never averaged first
-HILO_RUN_EXTRA = ["final_slope", "equal_time_s", "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full"]
+HILO_RUN_EXTRA = ["final_slope", "equal_time_s", "quality_retained_equal_time", "equal_time_read_s",
+                  "equal_time_full_read_s", "time_to_95_s", "time_to_95_vs_full", "time_to_95_censored"]
 SPRA_COLUMNS = ["method", "ranks", "uplink_bytes", "downlink_bytes", "client_compute_s", "round_s", "accuracy"]
 SPRA_EXTRA = ["scenario", "backend", "model", "variant", "task", "rate_mbit", "delay_ms", "trace", "optimizer", "lr_rule", "a_variance",
               "resample_every",
@@ -85,6 +86,7 @@ class Tables:
     snr: pd.DataFrame | None = None
     hilo_runs: pd.DataFrame = field(default_factory=pd.DataFrame)   # one line per on-policy run (per seed)
     spra_runs: pd.DataFrame = field(default_factory=pd.DataFrame)   # one line per federated run (per seed)
+    prompts: pd.DataFrame = field(default_factory=pd.DataFrame)     # per-prompt evaluation records of the ok runs
     written: list[Path] = field(default_factory=list)
 
 
@@ -176,7 +178,7 @@ def build_tables(coll: Collection) -> Tables:
     return Tables(hilo=hilo_table(onpolicy), spra=spra_table(federated), sweep=sweep_table(onpolicy),
                   backends=backend_table(onpolicy, federated), snr=read_snr(coll.results_dir / "tables"),
                   hilo_runs=runs_table(op_runs, HILO_COLUMNS + HILO_EXTRA + HILO_RUN_EXTRA),
-                  spra_runs=runs_table(fed_runs, SPRA_COLUMNS + SPRA_EXTRA))
+                  spra_runs=runs_table(fed_runs, SPRA_COLUMNS + SPRA_EXTRA), prompts=coll.prompts)
 
 
 def write_tables(tables: Tables, tables_dir: Path) -> list[Path]:
@@ -192,5 +194,25 @@ def write_tables(tables: Tables, tables_dir: Path) -> list[Path]:
         path = tables_dir / f"{name}.csv"
         frame.to_csv(path, index=False, float_format="%.10g")
         written.append(path)
+    path = tables_dir / PROMPTS_TABLE
+    if len(tables.prompts):                # every evaluation's per-prompt records: claims recomputable prompt by prompt
+        prompt_table(tables.prompts).to_csv(path, index=False, float_format="%.8g",
+                                            compression={"method": "gzip", "mtime": 0})
+        written.append(path)
+    else:
+        path.unlink(missing_ok=True)
     tables.written = written
     return written
+
+
+PROMPTS_TABLE = "prompts.csv.gz"
+
+
+def prompt_table(prompts: pd.DataFrame) -> pd.DataFrame:
+    """The per-prompt records in a stable order (run, role, evaluation, view, prompt); the key columns first."""
+    from harness.record import PROMPT_COLUMNS
+
+    first = [c for c in PROMPT_COLUMNS if c in prompts]
+    frame = prompts[first + [c for c in prompts.columns if c not in first]]
+    return frame.sort_values(["scenario", "variant", "seed", "run_id", "role", "step", "view", "prompt"],
+                             kind="stable").reset_index(drop=True)

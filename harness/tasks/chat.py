@@ -14,8 +14,8 @@ correct only when it also ended (emitted eos) within ``task.max_new_tokens``, so
 restatement of the question ("17 + 5 =") never scores. Answers are always judged in digits.
 
 Splits: a fixed integer hash of ``(a, op, b)``, independent of any seed, puts a problem in the
-held-out ``test`` split (lowest ``EVAL_PERCENT``), the ``validation`` split (the next
-``VALIDATION_PERCENT``, for tuning) or ``train``. Training prompts are drawn from ``train``
+held-out ``test`` split (the lowest ``task.chat.test_percent`` of the hash), the ``validation``
+split (the next ``task.chat.validation_percent``, for tuning) or ``train``. Training prompts are drawn from ``train``
 only, uniformly with replacement, as a function of (seed, step); evaluation takes the first
 ``n`` problems of a fixed permutation (``EVAL_SEED``) of the split that ``task.eval_split``
 names (``test`` by default, ``validation`` when tuning), the same for every seed and method.
@@ -33,7 +33,13 @@ Modes (``task.name``), the same losses as the synthetic tasks (harness.tasks.onp
   categories ``(op, hard)`` (``hard``: a carry or borrow) like the synthetic federated task.
 
 Metrics: ``accuracy`` (greedy, the rule above) on held-out problems, ``reward`` or
-``reverse_kl`` (as in onpolicy), ``eval_loss`` (SFT).
+``reverse_kl``, ``answer_logprob`` (the continuous score beside accuracy: the teacher-forced
+log-probability in nats of the answer's digits and eos after the prompt), ``eval_loss`` (SFT).
+Every on-policy evaluation also returns one row per prompt (``evaluate_prompts``: the problem,
+``correct``, ``ended``, the parsed ``answer``, ``reward``, ``answer_logprob`` and for distillation
+``reverse_kl``), which the learner writes to the run's per-prompt records (harness/record.py).
+The chat distillation's evaluation ``reverse_kl`` is the mean per-token reverse KL(student ||
+teacher) along the student's greedy completion of each prompt (deterministic; the loss samples).
 """
 from __future__ import annotations
 
@@ -41,11 +47,14 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
+import numpy as np
+import pandas as pd
 import torch
 
 from harness.errors import ConfigError
 from harness.seeds import derive
 from harness.tasks.arith import Problems
+from harness.tasks.chat_eval import greedy_scored
 from harness.tasks.data import IGNORE, sft_loss_shared_prefix
 from harness.tasks.federated import ClientData, client_batches
 from harness.tasks.models import plain
@@ -57,8 +66,6 @@ OPS = ("+", "-", "*")
 OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
 SPLITS = ("train", "validation", "test")
 SFT_TARGETS = ("answer", "equation")     # what the SFT labels write: "22" | "17 + 5 = 22" (digits, then eos)
-EVAL_PERCENT = 10            # test: the lowest 10% of the hash
-VALIDATION_PERCENT = 10      # validation: the next 10%
 MAX_OPERANDS = 1000          # high - low + 1 at most (the splits are enumerated)
 _INT = re.compile(r"-?\d+")
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -97,6 +104,8 @@ class ChatSpec:
     instruction: str
     system: str | None
     sft_target: str = "answer"
+    test_percent: int = 10           # test: the lowest test_percent of the hash
+    validation_percent: int = 10     # validation: the next validation_percent
 
     @classmethod
     def from_cfg(cls, task_cfg: Mapping) -> "ChatSpec":
@@ -114,9 +123,13 @@ class ChatSpec:
         target = str(chat.get("sft_target", "answer"))
         if target not in SFT_TARGETS:
             raise ConfigError(f"task.chat.sft_target: {target!r} is not allowed; choose one of {', '.join(SFT_TARGETS)}")
+        test, validation = int(chat["test_percent"]), int(chat["validation_percent"])
+        if test < 1 or validation < 1 or test + validation > 90:
+            raise ConfigError(f"task.chat.test_percent / validation_percent: {test} / {validation} is not allowed; "
+                              "need each >= 1 and together <= 90 (the rest trains)")
         return cls(low, high, ops, bool(chat.get("words", False)),
                    str(chat.get("instruction", "Answer with the number only.")), None if system is None else str(system),
-                   target)
+                   target, test, validation)
 
     # -- problems and splits -------------------------------------------------------------------
     def answers(self, p: Problems) -> torch.Tensor:
@@ -142,14 +155,14 @@ class ChatSpec:
         local = (p.op.unsqueeze(1) == op_ids.unsqueeze(0)).long().argmax(1)
         return 2 * local + self.hard(p).long()
 
-    @staticmethod
-    def split_of(p: Problems) -> torch.Tensor:
+    def split_of(self, p: Problems) -> torch.Tensor:
         """Split index per problem (0 train, 1 validation, 2 test): a fixed hash, no seed."""
         h = (p.a * 1_000_003 + p.b) * 4 + p.op
         for mult in (0x9E3779B1, 0x85EBCA6B, 0xC2B2AE35):
             h = ((h ^ (h >> 16)) * mult) & 0xFFFFFFFF
         pct = h % 100
-        return torch.where(pct < EVAL_PERCENT, 2, torch.where(pct < EVAL_PERCENT + VALIDATION_PERCENT, 1, 0))
+        test, validation = self.test_percent, self.test_percent + self.validation_percent
+        return torch.where(pct < test, 2, torch.where(pct < validation, 1, 0))
 
     def all_problems(self, split: str) -> Problems:
         """Every problem of ``split`` ("train" | "validation" | "test"), in (op, a, b) order."""
@@ -338,13 +351,54 @@ class ChatTask(OnPolicyTask):
         r = Rollouts.cat([self.rollout(policy, prompts[i:i + chunk], 1, None) for i in range(0, n, chunk)])
         return self.chat.correct(r.prompts, r.completions, r.completion_mask), r
 
+    @torch.no_grad()
+    def scored(self, policy, n: int) -> tuple[pd.DataFrame, Rollouts]:
+        """Per prompt of the first ``n`` evaluation problems: the greedy completion's verdict and the
+        reference answer's teacher-forced log-probability (harness.tasks.chat_eval); and the greedy
+        completions as rollouts (one sample per prompt)."""
+        problems = held_out(self.spec, self.eval_split, n)
+        rows = [self.chat.ids(a, o, b) for a, o, b in zip(problems.a.tolist(), problems.op.tolist(), problems.b.tolist())]
+        want = self.spec.answers(problems).tolist()
+        answers = [self.tok.encode(str(v)) + [self.tok.eos_id] for v in want]
+        out = greedy_scored(policy, rows, answers, self.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
+                            batch=int(self.cfg["eval_batch"]))
+        ended = ((out.completions == self.tok.eos_id) & out.mask).any(1)
+        texts = self.tok.batch_decode(torch.where(out.mask, out.completions, self.tok.pad_id))
+        got = [last_integer(t) for t in texts]
+        correct = [bool(e) and g == w for e, g, w in zip(ended.tolist(), got, want)]
+        frame = pd.DataFrame({"prompt": range(n), "a": problems.a.tolist(), "op": [OPS[o] for o in problems.op.tolist()],
+                              "b": problems.b.tolist(), "correct": correct, "ended": ended.tolist(),
+                              "answer": pd.array(got, dtype="Int64"), "answer_logprob": out.answer_logprob.numpy()})
+        r = Rollouts(self.chat.encode(problems), out.completions, out.mask, torch.zeros(out.completions.shape),
+                     None, 1, self.tok.pad_id, self.tok.vocab_size)
+        return frame, r
+
+    @torch.no_grad()
+    def evaluate_prompts(self, policy, n: int | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+        """(metrics, one row per prompt): accuracy, answer_logprob and the mode's own (module doc)."""
+        frame, r = self.scored(policy, n or int(self.cfg["eval_prompts"]))
+        frame = self.score_more(policy, frame, r)
+        metrics = {"accuracy": float(frame["correct"].mean()), "answer_logprob": float(frame["answer_logprob"].mean())}
+        metrics.update({k: float(frame[k].mean()) for k in ("reward", "reverse_kl") if k in frame})
+        return metrics, frame
+
+    def score_more(self, policy, frame: pd.DataFrame, r: Rollouts) -> pd.DataFrame:
+        """The mode's own per-prompt columns (reward; reverse_kl)."""
+        return frame
+
+    def evaluate(self, policy, n: int | None = None) -> dict[str, float]:
+        """The held-out metrics of ``evaluate_prompts``."""
+        return self.evaluate_prompts(policy, n)[0]
+
 
 class ChatRewardTask(ChatTask):
-    """GRPO on the chat task's correctness reward (RewardTask's loss and evaluation)."""
+    """GRPO on the chat task's correctness reward (RewardTask's loss)."""
     name = "reward"
     advantages = staticmethod(RewardTask.advantages)
     loss = RewardTask.loss
-    evaluate = RewardTask.evaluate
+
+    def score_more(self, policy, frame: pd.DataFrame, r: Rollouts) -> pd.DataFrame:
+        return frame.assign(reward=frame["correct"].astype(float))
 
     def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer) -> None:
         super().__init__(task_cfg, tokenizer)
@@ -356,11 +410,22 @@ class ChatRewardTask(ChatTask):
 
 
 class ChatDistillTask(ChatTask):
-    """On-policy distillation on the chat task (DistillTask's loss and evaluation)."""
+    """On-policy distillation on the chat task (DistillTask's loss)."""
     name = "distill"
     token_kl = DistillTask.token_kl
     loss = DistillTask.loss
-    evaluate = DistillTask.evaluate
+
+    @torch.no_grad()
+    def score_more(self, policy, frame: pd.DataFrame, r: Rollouts, chunk: int = 64) -> pd.DataFrame:
+        """reverse_kl per prompt: the mean per-token KL(student || teacher) along its greedy completion."""
+        per = []
+        for i in range(0, len(r), chunk):
+            part = Rollouts(r.prompts[i:i + chunk], r.completions[i:i + chunk], r.completion_mask[i:i + chunk],
+                            r.logprobs[i:i + chunk], None, 1, r.pad_id, r.vocab_size)
+            kl = self.token_kl(policy, part)
+            mask = part.completion_mask.to(kl.device).float()
+            per.append(((kl * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu())
+        return frame.assign(reverse_kl=torch.cat(per).double().numpy())
 
     def __init__(self, task_cfg: Mapping, tokenizer: Tokenizer, teacher) -> None:
         super().__init__(task_cfg, tokenizer)
@@ -436,14 +501,29 @@ class ChatSFTTask:
         return sft_loss_shared_prefix(model, batch)
 
     @torch.no_grad()
-    def evaluate(self, model, chunk: int = 64) -> dict[str, float]:
+    def evaluate(self, model) -> dict[str, float]:
         """eval_loss (answer tokens) and greedy accuracy (the module's rule) on the held-out problems."""
+        return self.evaluate_prompts(model)[0]
+
+    @torch.no_grad()
+    def evaluate_prompts(self, model) -> tuple[dict[str, float], pd.DataFrame]:
+        """(eval_loss, accuracy and answer_logprob, one row per held-out problem): greedy completions and
+        the teacher-forced log-probability [nats] of the SFT label (``task.chat.sft_target``, then eos) by
+        harness.tasks.chat_eval."""
         eval_loss = float(sft_loss_shared_prefix(model, self.eval_batch))
-        prompts = self.chat.encode(self.eval_problems)
-        hits = 0
-        for i in range(0, len(prompts), chunk):
-            p = prompts[i:i + chunk]
-            comp, mask, _ = sample(model, p, prompt_mask(p, self.tok.pad_id), self.max_new_tokens, group=1,
-                                   eos_id=self.tok.eos_id, pad_id=self.tok.pad_id)
-            hits += int(self.chat.correct(p, comp, mask).sum())
-        return {"eval_loss": eval_loss, "accuracy": hits / len(prompts)}
+        p = self.eval_problems
+        rows = [self.chat.ids(a, o, b) for a, o, b in zip(p.a.tolist(), p.op.tolist(), p.b.tolist())]
+        labels = [self.tok.encode(t) + [self.tok.eos_id] for t in self.spec.target_text(p)]
+        out = greedy_scored(model, rows, labels, self.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
+                            batch=int(self.cfg["eval_batch"]))
+        ended = ((out.completions == self.tok.eos_id) & out.mask).any(1)
+        texts = self.tok.batch_decode(torch.where(out.mask, out.completions, self.tok.pad_id))
+        got = [last_integer(t) for t in texts]
+        want = self.spec.answers(p).tolist()
+        correct = [bool(e) and g == w for e, g, w in zip(ended.tolist(), got, want)]
+        frame = pd.DataFrame({"prompt": range(len(rows)), "a": p.a.tolist(), "op": [OPS[o] for o in p.op.tolist()],
+                              "b": p.b.tolist(), "correct": correct, "ended": ended.tolist(),
+                              "answer": pd.array(got, dtype="Int64"), "answer_logprob": out.answer_logprob.numpy()})
+        metrics = {"eval_loss": eval_loss, "accuracy": float(np.mean(correct)),
+                   "answer_logprob": float(frame["answer_logprob"].mean())}
+        return metrics, frame

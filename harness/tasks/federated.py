@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 import numpy as np
+import pandas as pd
 import torch
 
-from harness.tasks.arith import Arithmetic, Problems
+from harness.tasks.arith import OPS, Arithmetic, Problems
+from harness.tasks.chat_eval import _answer_logprob_plain
 from harness.tasks.data import correct, encode_prompts, prompt_attention, sft_batch, sft_loss
 from harness.tasks.models import plain
 from harness.seeds import derive
@@ -177,15 +179,29 @@ class FederatedTask:
     @torch.no_grad()
     def evaluate(self, model, chunk: int = 256) -> dict[str, float]:
         """eval_loss and greedy accuracy on the fixed held-out problems."""
+        return self.evaluate_prompts(model, chunk)[0]
+
+    @torch.no_grad()
+    def evaluate_prompts(self, model, chunk: int = 256) -> tuple[dict[str, float], pd.DataFrame]:
+        """(eval_loss and greedy accuracy, one row per held-out problem: correct, ended and the answer's
+        teacher-forced log-probability ``answer_logprob`` [nats])."""
         eval_loss = float(sft_loss(model, self.eval_batch))
         prompts = encode_prompts(self.tok, self.lang, self.eval_problems)
-        hits = 0
+        ok, ended = [], []
         for i in range(0, len(prompts), chunk):
             p = prompts[i:i + chunk]
             comp, mask, _ = generate(model, p, prompt_attention(self.tok, p), self.lang.max_answer_len + 1,
                                      eos_id=self.tok.eos_id, pad_id=self.tok.pad_id)
-            hits += int(correct(self.tok, self.lang, p, comp, mask).sum())
-        return {"eval_loss": eval_loss, "accuracy": hits / len(prompts)}
+            ok.append(correct(self.tok, self.lang, p, comp, mask))
+            ended.append(((comp == self.tok.eos_id) & mask).any(1))
+        hits = torch.cat(ok)
+        answers = [self.tok.encode(t) + [self.tok.eos_id] for t in self.lang.answer_text(self.eval_problems)]
+        score = _answer_logprob_plain(model, prompts, prompt_attention(self.tok, prompts), answers, self.tok.pad_id)
+        p = self.eval_problems
+        frame = pd.DataFrame({"prompt": range(len(prompts)), "a": p.a.tolist(), "op": [OPS[o] for o in p.op.tolist()],
+                              "b": p.b.tolist(), "correct": hits.tolist(), "ended": torch.cat(ended).tolist(),
+                              "answer_logprob": score.numpy()})
+        return {"eval_loss": eval_loss, "accuracy": int(hits.sum()) / len(prompts)}, frame
 
 
 def build_federated(task_cfg: Mapping, tokenizer: Tokenizer, n_clients: int, seed: int) -> FederatedTask:

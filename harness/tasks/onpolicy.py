@@ -31,9 +31,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import pandas as pd
 import torch
 
-from harness.tasks.arith import Arithmetic
+from harness.tasks.arith import OPS as ARITH_OPS, Arithmetic
+from harness.tasks.chat_eval import _answer_logprob_plain
 from harness.tasks.data import correct, encode_prompts, problems_of, prompt_attention
 from harness.tasks.models import plain
 from harness.tasks.rollouts import Rollouts, device_of, forward_logits, generate
@@ -129,8 +131,31 @@ class OnPolicyTask:
 
     def evaluate(self, policy, n: int | None = None) -> dict[str, float]:
         """``accuracy``: greedy exact match on ``n`` (default task.eval_prompts) held-out prompts."""
-        ok, _ = self.greedy(policy, n or int(self.cfg.get("eval_prompts", 128)))
-        return {"accuracy": float(ok.float().mean())}
+        return self.evaluate_prompts(policy, n)[0]
+
+    @torch.no_grad()
+    def evaluate_prompts(self, policy, n: int | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+        """(the held-out metrics, one row per prompt): the metrics as ``evaluate`` always gave them,
+        and per prompt its problem, ``correct`` (greedy), ``answer_logprob`` (the continuous score
+        beside it: the teacher-forced log-probability in nats of the answer and eos after the prompt)
+        and the mode's own columns (``per_prompt``)."""
+        n = n or int(self.cfg["eval_prompts"])
+        ok, r = self.greedy(policy, n)
+        metrics = {"accuracy": float(ok.float().mean())}
+        probs = problems_of(self.tok, self.lang, r.prompts)
+        answers = [self.tok.encode(t) + [self.tok.eos_id] for t in self.lang.answer_text(probs)]
+        score = _answer_logprob_plain(policy, r.prompts, prompt_attention(self.tok, r.prompts), answers, self.tok.pad_id)
+        frame = pd.DataFrame({"prompt": range(n), "a": probs.a.tolist(), "op": [ARITH_OPS[o] for o in probs.op.tolist()],
+                              "b": probs.b.tolist(), "correct": ok.tolist(),
+                              "ended": ((r.completions == self.tok.eos_id) & r.completion_mask).any(1).tolist(),
+                              "answer_logprob": score.numpy()})
+        more, frame = self.per_prompt(policy, n, r, frame)
+        metrics.update(more)
+        return metrics, frame
+
+    def per_prompt(self, policy, n: int, greedy: Rollouts, frame: pd.DataFrame) -> tuple[dict[str, float], pd.DataFrame]:
+        """The mode's own metrics and per-prompt columns, from the greedy rollouts."""
+        return {}, frame
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -171,17 +196,17 @@ class DistillTask(OnPolicyTask):
         return loss, {"loss": value, "reverse_kl": value, "tokens": float(mask.sum())}
 
     @torch.no_grad()
-    def evaluate(self, policy, n: int | None = None) -> dict[str, float]:
-        """accuracy (greedy) and reverse_kl: the mean per-token reverse KL on the student's own
-        samples (task temperature, fixed seed) of the same held-out prompts."""
-        n = n or int(self.cfg.get("eval_prompts", 128))
-        ok, _ = self.greedy(policy, n)
+    def per_prompt(self, policy, n: int, greedy: Rollouts, frame: pd.DataFrame) -> tuple[dict[str, float], pd.DataFrame]:
+        """reverse_kl: the mean per-token reverse KL on the student's own samples (task temperature,
+        fixed seed) of the same held-out prompts; per prompt, the mean over its sample's tokens."""
         prompts = self.eval_prompts(n)
         gen = torch.Generator(device=device_of(policy)).manual_seed(EVAL_SEED)
         r = self.rollout(policy, prompts, 1, gen)
         token_kl = self.token_kl(policy, r)
-        kl = _masked_mean(token_kl, r.completion_mask.to(token_kl.device).float())
-        return {"accuracy": float(ok.float().mean()), "reverse_kl": float(kl)}
+        mask = r.completion_mask.to(token_kl.device).float()
+        kl = _masked_mean(token_kl, mask)
+        per = ((token_kl * mask).sum(1) / mask.sum(1).clamp(min=1)).double().cpu().numpy()
+        return {"reverse_kl": float(kl)}, frame.assign(reverse_kl=per)
 
 
 class RewardTask(OnPolicyTask):
@@ -230,12 +255,11 @@ class RewardTask(OnPolicyTask):
         return loss, metrics
 
     @torch.no_grad()
-    def evaluate(self, policy, n: int | None = None) -> dict[str, float]:
-        """accuracy and reward (mean reward of the greedy completions) on held-out prompts."""
-        ok, r = self.greedy(policy, n or int(self.cfg.get("eval_prompts", 128)))
-        reps = r.prompts.repeat_interleave(r.group, 0)
-        reward = self.rewards(reps, r.completions, r.completion_mask)
-        return {"accuracy": float(ok.float().mean()), "reward": float(reward.mean())}
+    def per_prompt(self, policy, n: int, greedy: Rollouts, frame: pd.DataFrame) -> tuple[dict[str, float], pd.DataFrame]:
+        """reward: the reward of each greedy completion, and its mean."""
+        reps = greedy.prompts.repeat_interleave(greedy.group, 0)
+        reward = self.rewards(reps, greedy.completions, greedy.completion_mask)
+        return {"reward": float(reward.mean())}, frame.assign(reward=reward.double().numpy())
 
 
 def build_task(task_cfg: Mapping, tokenizer: Tokenizer, teacher=None) -> OnPolicyTask:

@@ -181,7 +181,20 @@ def sample(model, prompts: torch.Tensor, mask: torch.Tensor, max_new_tokens: int
     if group > 1:
         past.batch_repeat_interleave(group)
         logits, attn, pos = (x.repeat_interleave(group, 0) for x in (logits, attn, pos))
-    n = prompts.shape[0] * group
+    return decode(model, past, logits, attn, pos, max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                  temperature=temperature, generator=generator)
+
+
+@torch.no_grad()
+def decode(model, past, logits: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, max_new_tokens: int, *,
+           eos_id: int, pad_id: int, temperature: float = 1.0, generator: torch.Generator | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The decode loop of ``sample`` from a prefilled state: ``past`` (the KV cache of N rows),
+    ``logits`` [N, V] predicting each row's first new token, ``attn`` [N, L] the cache's attention
+    mask, ``pos`` [N] each row's last position id. A row that has emitted eos leaves the batch (its
+    cache rows are dropped). Returns CPU (completions [N, T], completion_mask [N, T], logprobs [N, T])."""
+    device = logits.device
+    n = logits.shape[0]
     live = torch.arange(n, device=device)                  # row of each live batch entry
     toks = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
     lps = torch.zeros(n, max_new_tokens, dtype=torch.float32, device=device)

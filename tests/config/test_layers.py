@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
      "harness.compress.bench_gradients", "harness.compress.bench_real", "harness.compress.bench_table",
      "harness.compress.bench_ranks", "harness.compress.bench_allocation", "harness.compress.bench_seeds",
      "harness.tasks.headroom", "harness.tasks.chat_headroom", "harness.tasks.sft_timing", "harness.tasks.chat_rollouts", "harness.federated.snr", "harness.report.__main__", "harness.sizes", "harness.tasks.basetool", "harness.tune",
-     "harness.onpolicy.sparsity"),                                      # entry points
+     "harness.onpolicy.sparsity", "harness.power"),                    # entry points
 ]
 
 

@@ -22,12 +22,24 @@ HILO = ("smoke_hilo", "hilo_spar")
 SPRA = ("smoke_spra", "spra")
 
 
+def secret_file(folder: Path) -> Path:
+    """The run's secret as the launcher makes it: a 0600 file (here in the test's folder)."""
+    path = folder / "run.secret"
+    if not path.exists():
+        from harness.multihost.secret import new_secret
+
+        new_secret(path)
+    return path
+
+
 def _agents(hosts, args: list[str], out: Path, ranks=(0, 1, 2), **env) -> list[subprocess.Popen]:
-    """One agent per stand-in host with srun's variables (SLURM_JOB_NODELIST, SLURM_NODEID) and MASTER_ADDR."""
+    """One agent per stand-in host with srun's variables (SLURM_JOB_NODELIST, SLURM_NODEID), MASTER_ADDR
+    and the run's secret (NARROWBAND_SECRET_FILE, as the sbatch script exports it)."""
     procs = []
     for i in ranks:
         environ = {**os.environ, "SLURM_JOB_NODELIST": "h[0-2]", "SLURM_NODEID": str(i), "PYTHONPATH": str(ROOT),
-                   "MASTER_ADDR": hosts.nodes["h0"].addr, "NARROWBAND_CONNECT_TIMEOUT_S": "180", **env}
+                   "MASTER_ADDR": hosts.nodes["h0"].addr, "NARROWBAND_CONNECT_TIMEOUT_S": "180",
+                   "NARROWBAND_SECRET_FILE": str(secret_file(out)), **env}
         log = open(out / f"agent{i}.log", "w")
         procs.append(in_host(hosts, i, [sys.executable, "-m", "harness.node", *args, "placement.source=slurm",
                                         f"out_dir={out / 'multi'}", "progress=false"],
@@ -54,8 +66,9 @@ def _hub(run: Path):
     return rows, rows[rows["role"].isin(["learner", "server"])].sort_values("step")
 
 
-def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys):
-    """One real command for the exit status and the single line; the other case through main() in-process."""
+def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """One real command for the exit status and the single line; the other cases through main() in-process:
+    a one-host placement, and a good placement with no run secret (docs/security.md)."""
     from harness.node import main
 
     done = subprocess.run([sys.executable, "-m", "harness.node", "scenario=smoke_hilo", "only=[hilo_spar]",
@@ -66,6 +79,14 @@ def test_bad_placement_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["scenario=smoke_hilo", "only=[hilo_spar]", "placement.source=star"]) == 2
     err = capsys.readouterr().err
     assert "gives one host" in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "hosts").write_text("h0 addr=127.0.0.1\nh1 addr=127.0.0.2\n")
+    for name in ("NARROWBAND_SECRET_FILE", "NARROWBAND_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NARROWBAND_NODE_RANK", "0")
+    assert main(["scenario=smoke_hilo", "only=[hilo_spar]", "placement.source=hostfile",
+                 f"placement.hostfile={tmp_path / 'hosts'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: NARROWBAND_SECRET_FILE: not set") and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.emulated

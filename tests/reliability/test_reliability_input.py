@@ -213,7 +213,7 @@ def test_an_unusable_out_dir_fails_before_anything_is_created(where, tripwires, 
     with pytest.raises(ConfigError) as err:
         _run([*ONPOLICY, f"out_dir={value}"])
     message = _assert_one_line(err.value, "out_dir")
-    assert repr(value) in message, message
+    assert message.startswith(f"out_dir: {value}: ") and "nothing was started" in message, message
     assert our_namespaces() == before and not (tmp_path / "no").exists()
 
 

@@ -4,10 +4,12 @@ hand-made rows table whose expected values are computed by hand below.
 Two seeds, 6 updates, evaluated after updates 2, 4, 6 (steps 1, 3, 5):
   full sync: 2.0 s per update -> evaluations at 4, 8, 12 s; accuracy seed 0: .5 .7 .8, seed 1: .6 .7 .8
   HiLo:      1.0 s per update -> evaluations at 2, 4, 6 s;  accuracy seed 0: .4 .6 .7, seed 1: .5 .6 .78
-Equal wall-clock: HiLo finishes first, at 6 s; full sync at 6 s is halfway between its 4 s and 8 s
-evaluations: seed 0 (.5+.7)/2 = .6, seed 1 (.6+.7)/2 = .65; retained .7/.6 and .78/.65.
-Time to 95% of full sync's final (.95 * .8 = .76): full sync 8 + (.76-.7)/(.8-.7) * 4 = 10.4 s on both
-seeds; HiLo seed 0 never (NaN), seed 1 4 + (.76-.6)/(.78-.6) * 2 = 5.777.. s, ratio 5.777../10.4.
+Equal wall-clock: HiLo finishes first, at 6 s; each side is read at its own last evaluation at or
+before 6 s (measured points, nothing drawn between them): HiLo at 6 s (.7, .78), full sync at 4 s
+(.5, .6); retained .7/.5 and .78/.6.
+Time to 95% of full sync's final (.95 * .8 = .76), the first evaluation at or above it: full sync at
+12 s on both seeds; HiLo seed 1 at 6 s (ratio 6/12 = .5); seed 0 never gets there: censored, its
+ratio the lower bound 6/12 = .5 (its run's end over full sync's time).
 Slope over the last 3 evaluations (x = updates 2, 4, 6; per 100 updates): full sync seed 0
 100 * ((-2)(.5-.6667) + 2(.8-.6667)) / 8 = 7.5, seed 1 100 * (2*.1 + 2*.1) / 8 = 5.0.
 """
@@ -18,7 +20,7 @@ import math
 import pandas as pd
 import pytest
 
-from harness.report.metrics import final_slope, onpolicy_curve, onpolicy_runs, plateau, quality_at_time
+from harness.report.metrics import final_slope, onpolicy_curve, onpolicy_runs, plateau, quality_read_at
 
 UPDATES = 6
 EVALS = {1, 3, 5}
@@ -49,25 +51,26 @@ def runs() -> pd.DataFrame:
     return onpolicy_runs(_rows()).set_index("run_id")
 
 
-def test_quality_at_time_interpolates_between_evaluations_and_not_beyond() -> None:
+def test_quality_is_read_at_the_last_evaluation_never_between() -> None:
     rows = _rows()
     curve = onpolicy_curve(rows[rows.run_id == "full_sync-s0"])
-    assert quality_at_time(curve, 6.0) == pytest.approx(0.6)
-    assert quality_at_time(curve, 8.0) == pytest.approx(0.7)
-    assert quality_at_time(curve, 12.0) == pytest.approx(0.8)
-    assert math.isnan(quality_at_time(curve, 3.0))          # before the first evaluation: nothing measured
-    assert math.isnan(quality_at_time(curve, 12.5))         # after the run
+    assert quality_read_at(curve, 6.0) == (pytest.approx(0.5), pytest.approx(4.0))
+    assert quality_read_at(curve, 8.0) == (pytest.approx(0.7), pytest.approx(8.0))
+    assert quality_read_at(curve, 12.5) == (pytest.approx(0.8), pytest.approx(12.0))
+    assert all(math.isnan(x) for x in quality_read_at(curve, 3.0))   # before the first evaluation: nothing measured
 
 
 def test_equal_wall_clock_columns(runs) -> None:
     hilo0, hilo1 = runs.loc["hilo_spar-s0"], runs.loc["hilo_spar-s1"]
     assert hilo0.equal_time_s == pytest.approx(6.0) and hilo1.equal_time_s == pytest.approx(6.0)
-    assert hilo0.quality_retained_equal_time == pytest.approx(0.7 / 0.6)
-    assert hilo1.quality_retained_equal_time == pytest.approx(0.78 / 0.65)
-    assert runs.loc["full_sync-s0"].time_to_95_s == pytest.approx(10.4)
-    assert math.isnan(hilo0.time_to_95_s) and math.isnan(hilo0.time_to_95_vs_full)
-    assert hilo1.time_to_95_s == pytest.approx(4 + 0.16 / 0.18 * 2)
-    assert hilo1.time_to_95_vs_full == pytest.approx((4 + 0.16 / 0.18 * 2) / 10.4)
+    assert hilo0.quality_retained_equal_time == pytest.approx(0.7 / 0.5)
+    assert hilo1.quality_retained_equal_time == pytest.approx(0.78 / 0.6)
+    assert (hilo0.equal_time_read_s, hilo0.equal_time_full_read_s) == (pytest.approx(6.0), pytest.approx(4.0))
+    assert runs.loc["full_sync-s0"].time_to_95_s == pytest.approx(12.0)
+    assert math.isnan(hilo0.time_to_95_s) and hilo0.time_to_95_censored
+    assert hilo0.time_to_95_vs_full == pytest.approx(6.0 / 12.0)            # the bound: its run's end
+    assert hilo1.time_to_95_s == pytest.approx(6.0) and not hilo1.time_to_95_censored
+    assert hilo1.time_to_95_vs_full == pytest.approx(6.0 / 12.0)
     full = runs.loc["full_sync-s1"]                          # full sync against itself: 1 at equal time
     assert full.quality_retained_equal_time == pytest.approx(1.0) and full.time_to_95_vs_full == pytest.approx(1.0)
 
@@ -100,23 +103,27 @@ def test_claims_say_which_horizon_each_verdict_uses(runs) -> None:
     quality = claims.loc["quality within 2% of full sync", "horizon"]
     assert quality.startswith("equal updates: final evaluation after 6 updates; full sync plateaued")
     equal = claims.loc["quality within 2% of full sync at equal wall-clock time"]
-    assert equal["horizon"] == "equal wall-clock: when the faster finishes (mean 6.0 s)"
-    assert equal["estimate"] == pytest.approx((0.7 / 0.6 + 0.78 / 0.65) / 2)
+    assert equal["horizon"].startswith("equal wall-clock: when the faster finishes (mean 6.0 s; read at HiLo's "
+                                       "evaluation at 6.0 s and full sync's at 4.0 s")
+    assert equal["estimate"] == pytest.approx((0.7 / 0.5 + 0.78 / 0.6) / 2)
     t95 = claims.loc["reaches 95% of full sync's final quality no later than full sync"]
-    assert t95["horizon"].startswith("equal wall-clock: time to 95%") and t95["n_seeds"] == 1
+    assert t95["horizon"].startswith("equal wall-clock: time to 95%") and t95["n_seeds"] == 2
+    # both seeds at .5 (one a bound): dropping the censored seed would say "met"; a bound cannot
+    assert t95["censored"] == "1 of 2" and t95["verdict"] == "inconclusive" and t95["estimate"] == pytest.approx(0.5)
 
 
 def test_a_late_first_evaluation_is_measured_from_the_base_policy_at_time_zero() -> None:
     """Full sync evaluates the base (0.3, before update 0) and then only after update 6 (at 12 s:
-    0.8); HiLo finishes at 6 s with 0.7. At 6 s full sync is halfway from 0.3 to 0.8 = 0.55, so
-    HiLo retains 0.7 / 0.55; without the base point nothing of full sync was measured by 6 s."""
+    0.8); HiLo finishes at 6 s with 0.7. Full sync's last measured point by 6 s is the base at t = 0,
+    so HiLo retains 0.7 / 0.3; without the base point nothing of full sync was measured by 6 s."""
     rows = _rows()
     rows.loc[(rows.variant == "full_sync") & rows.step.isin([1, 3]), "accuracy"] = float("nan")   # one evaluation
     first = (rows.role == "learner") & (rows.step == 0)
     rows.loc[first & (rows.variant == "full_sync"), "base_accuracy"] = 0.3
     runs = onpolicy_runs(rows).set_index("run_id")
     hilo = runs.loc["hilo_spar-s0"]
-    assert hilo.quality_retained_equal_time == pytest.approx(0.7 / 0.55)
+    assert hilo.quality_retained_equal_time == pytest.approx(0.7 / 0.3)
+    assert hilo.equal_time_full_read_s == pytest.approx(0.0)
     full = runs.loc["full_sync-s0"]
     assert full.base_quality == pytest.approx(0.3)
-    assert full.time_to_95_s == pytest.approx((0.76 - 0.3) / 0.5 * 12)   # 0.3 + 0.5 * t / 12 = 0.76
+    assert full.time_to_95_s == pytest.approx(12.0)                       # its only evaluation at or above 0.76

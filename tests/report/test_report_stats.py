@@ -17,7 +17,8 @@ from scipy import stats as st
 from harness.report import build_tables, collect
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.metrics import time_to_target
-from harness.report.stats import cell, crossover, paired, seeds_needed, summarize, verdict
+from harness.report.inference import seeds_for_power
+from harness.report.stats import cell, crossover, paired, summarize, verdict
 from report_synthetic import (SEEDED_FED, SEEDED_FED_ADAMW, SEEDED_FULL_Q, SEEDED_LOWRANK, SEEDED_RETAINED, SEEDED_SPEEDUP, SEEDS,
                               make_seeded_results)
 
@@ -62,12 +63,13 @@ def test_verdict_names_a_bad_direction():
         verdict(1, 2, 1.5, ">")
 
 
-def test_seeds_needed_resolves_the_observed_gap():
-    mean, sd, threshold = 2.3, 0.3162, 2.2
-    n = seeds_needed(mean, sd, threshold)
-    half = lambda k: st.t.ppf(0.975, k - 1) * sd / math.sqrt(k)  # noqa: E731
-    assert half(int(n)) < abs(mean - threshold) <= half(int(n) - 1)   # the smallest such n
-    assert math.isnan(seeds_needed(2.2, 0.3, 2.2)) and math.isnan(seeds_needed(2.3, float("nan"), 2.2))
+def test_seeds_for_power_is_the_textbook_one_sample_t_size():
+    # 80% power, two-sided 5%, one-sample (paired) t-test: d = 1 -> 10, d = 0.5 -> 34, d = 0.2 -> 199 (Cohen's tables)
+    assert [seeds_for_power(g, 1.0) for g in (1.0, 0.5, -0.5, 0.2)] == [10, 34, 34, 199]
+    n, gap, sd = seeds_for_power(0.1, 0.3162), 0.1, 0.3162
+    power = lambda k: st.nct.sf(st.t.ppf(0.975, k - 1), k - 1, gap / sd * math.sqrt(k))  # noqa: E731
+    assert power(int(n)) >= 0.8 > power(int(n) - 1)                    # the smallest such n
+    assert math.isnan(seeds_for_power(0.0, 0.3)) and math.isnan(seeds_for_power(0.1, float("nan")))
 
 
 def test_paired_ratios_use_only_shared_seeds():
@@ -86,10 +88,10 @@ def test_cell_text():
     assert cell(summarize([0.82]), "{:.3f}") == "0.820 (n=1)"
 
 
-def test_time_to_target_is_interpolated_between_evaluations():
+def test_time_to_target_is_the_first_measured_evaluation_at_or_above_it():
     curve = pd.DataFrame({"quality": [0.2, float("nan"), 0.6, 0.8], "cum_time_s": [1.0, 2.0, 3.0, 4.0]})
-    assert time_to_target(curve, 0.5) == pytest.approx(1.0 + (0.5 - 0.2) / (0.6 - 0.2) * 2.0)
-    assert time_to_target(curve, 0.1) == 1.0                   # reached at the first evaluation
+    assert time_to_target(curve, 0.5) == 3.0                   # never a time drawn between evaluations
+    assert time_to_target(curve, 0.6) == 3.0 and time_to_target(curve, 0.1) == 1.0
     assert math.isnan(time_to_target(curve, 0.9))
 
 
@@ -142,9 +144,11 @@ def test_speedup_claim_is_judged_at_every_rate(seeded, rate, expected):
     assert (c["ci_low"], c["ci_high"]) == tuple(pytest.approx(v) for v in t_interval(SEEDED_SPEEDUP[rate]))
     if expected == "inconclusive":
         sd = np.std(SEEDED_SPEEDUP[rate], ddof=1)
-        assert c["seeds_to_resolve"] == seeds_needed(np.mean(SEEDED_SPEEDUP[rate]), sd, 2.2) > 5
+        gap = np.mean(SEEDED_SPEEDUP[rate]) - 2.2
+        assert c["seeds_80"] == seeds_for_power(gap, sd) > 5
+        assert c["resolves"] == ("met" if gap > 0 else "not met")
     else:
-        assert math.isnan(c["seeds_to_resolve"])
+        assert math.isnan(c["seeds_80"]) and c["resolves"] == ""
 
 
 def test_quality_claims_vs_full_sync_and_at_equal_bytes(seeded):
@@ -158,10 +162,17 @@ def test_quality_claims_vs_full_sync_and_at_equal_bytes(seeded):
 
 
 def test_no_verdict_contradicts_its_interval(seeded):
-    for _, c in seeded[1].iterrows():
-        assert c["verdict"] == verdict(c["ci_low"], c["ci_high"], c["threshold"], c["direction"])
-        assert {"method", "claim", "where", "estimate", "ci_low", "ci_high", "n_seeds", "rule", "verdict",
-                "seeds_to_resolve"} <= set(c.index)
+    claims = seeded[1]
+    assert (claims["n_seeds"] >= 2).all()                      # a line without an interval is no claim
+    for _, c in claims.iterrows():
+        assert {"method", "claim", "where", "test", "estimate", "ci_low", "ci_high", "n_seeds", "rule", "verdict",
+                "verdict_holm", "seeds_80", "supported"} <= set(c.index)
+        if c["test"] == "cap":                                 # a cap is judged on its largest value
+            assert c["verdict"] == ("met" if c["estimate"] <= c["threshold"] else "not met")
+        elif not c["censored"]:
+            assert c["verdict"] == verdict(c["ci_low"], c["ci_high"], c["threshold"], c["direction"])
+        if c["verdict_holm"] != "inconclusive":                # Holm only ever withdraws a verdict
+            assert c["verdict_holm"] == c["verdict"]
 
 
 def test_spra_beats_fedit_paired_per_seed(seeded):
@@ -171,7 +182,7 @@ def test_spra_beats_fedit_paired_per_seed(seeded):
     # SPRA ships exactly half FedIT's uplink on every seed: a zero-width interval touching 50% is inconclusive
     uplink = _claim(seeded[1], "uplink", "spra_seeds [tc] tiny (toy) ranks 64,32,16, optimizer sgd")
     assert (uplink["ci_low"], uplink["ci_high"]) == (0.5, 0.5) and uplink["verdict"] == "inconclusive"
-    assert math.isnan(uplink["seeds_to_resolve"])          # no number of seeds moves a mean that sits on it
+    assert math.isnan(uplink["seeds_80"])                  # no number of seeds moves a mean that sits on it
 
 
 def test_spra_claims_pair_by_optimizer(seeded):

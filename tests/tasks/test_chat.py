@@ -151,7 +151,9 @@ def test_distill_kl_is_zero_to_itself_and_positive_to_another(ctok):
     kl_other, _ = other.loss(policy, r)
     assert abs(float(kl_same.detach())) < 1e-5 and float(kl_other.detach()) > 1e-3
     out = other.evaluate(policy, 4)
-    assert set(out) == {"accuracy", "reverse_kl"} and out["reverse_kl"] > 0
+    assert set(out) == {"accuracy", "reverse_kl", "answer_logprob"} and out["reverse_kl"] > 0
+    _, frame = same.evaluate_prompts(policy, 4)             # per prompt: 0 to itself along its greedy completion
+    assert len(frame) == 4 and (frame["reverse_kl"].abs() < 1e-5).all()
     with pytest.raises(ConfigError, match="teacher"):
         build_task(chat_cfg(name="distill"), ctok)
 
@@ -207,7 +209,7 @@ def test_sft_clients_are_disjoint_and_skip_held_out(ctok):
         seen |= mine
     assert len(seen) == 64
     out = task.evaluate(make_lora(chat_model(ctok.vocab_size), 4, None, ["q_proj"]))
-    assert set(out) == {"eval_loss", "accuracy"} and 0 <= out["accuracy"] <= 1
+    assert set(out) == {"eval_loss", "accuracy", "answer_logprob"} and 0 <= out["accuracy"] <= 1 and out["answer_logprob"] < 0
 
 
 def test_config_errors_name_the_key(ctok):
@@ -233,6 +235,6 @@ def test_the_plan_checks_the_chat_task_before_launch(tmp_path):
             "task=chat_reward", "net.backend=model"]
     assert build_plan(compose_config(base)).onpolicy is not None
     with pytest.raises(ConfigError, match="task.chat.low"):
-        build_plan(compose_config(base + ["task.chat.low=30"]))
+        build_plan(compose_config(base + ["task.chat.low=60"]))     # above task.chat.high (50)
     with pytest.raises(ConfigError, match="task.format"):
         build_plan(compose_config(base + ["task.format=poetry"]))
