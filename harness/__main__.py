@@ -13,14 +13,17 @@ a bare ``python -m harness`` says how to start and exits with status 2.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from harness.checks import MULTIRUN_FLAGS, normalise_argv
 from harness.conf.schema import register
 from harness.errors import ConfigError
+from harness.sweeplabel import SWEPT_ENV, swept_keys_of_argv
 from harness.validate import precheck_argv, translate_argv
 
 register()
@@ -28,7 +31,7 @@ register()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _app(cfg: DictConfig) -> None:
-    from harness.run import run_scenario
+    from harness.run import HELD, HELD_EXIT, run_scenario
 
     from omegaconf.errors import OmegaConfBaseException
 
@@ -56,6 +59,10 @@ def _app(cfg: DictConfig) -> None:
         if _multirun():
             raise RuntimeError(f"{len(failed)} run(s) failed: {', '.join(o.run_id for o in failed)}")
         raise SystemExit(1)
+    if outcomes and all(o.reason == HELD for o in outcomes) and not _multirun():
+        print(f"[narrowband] nothing ran: every run of this command is {HELD} (its .lock); run the command again "
+              f"when that one ends (complete runs are then skipped). Exit status {HELD_EXIT}.", file=sys.stderr)
+        raise SystemExit(HELD_EXIT)
 
 
 def _multirun() -> bool:
@@ -83,17 +90,38 @@ _KINDS = {"Integer": "an int", "Float": "a float", "Boolean": "a bool", "String"
 def compose_error(argv: list[str]) -> str | None:
     """One line for overrides that do not compose (``model.rank: 'abc' is not an int ...``), or None.
 
-    Only a single run's plain overrides are checked: with a ``-`` flag (multirun, help,
-    ``--cfg`` ...) Hydra reads the command line itself; ``hydra.*`` overrides are Hydra's own.
+    A single run's plain overrides are checked, and a multirun's (``-m``): every value of every
+    swept key once (harness.checks.sweep_points). With any other ``-`` flag (``--cfg``, help ...)
+    Hydra reads the command line itself; ``hydra.*`` overrides are Hydra's own.
     """
-    from hydra.errors import HydraException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra.errors import HydraException
 
+    from harness.checks import MULTIRUN_FLAGS, sweep_points
+
+    if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
+        return None
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    if len(overrides) == len(argv):
+        return _one_compose_error(overrides)
+    try:
+        points = sweep_points(overrides)
+    except HydraException as err:
+        return f"{_bad_syntax(overrides)}: {str(err).splitlines()[0]} (see Hydra's override grammar)"
+    for point in points:
+        error = _one_compose_error(point)
+        if error:
+            return error
+    return None
+
+
+def _one_compose_error(overrides: list[str]) -> str | None:
+    """compose_error for one plain override list."""
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    from harness.checks import added_unknown_key
     from harness.compose import compose_config
 
-    if any(a.startswith("-") for a in argv):
-        return None
-    overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
     try:
         cfg = compose_config(overrides)
     except OverrideParseException as err:
@@ -106,10 +134,46 @@ def compose_error(argv: list[str]) -> str | None:
         given = next((v for k, v in named if k == key), None)
         kind = re.search(r"could not be converted to (\w+)", first)
         if kind and given is not None:
-            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first})"
+            hint = ""
+            if given.endswith("%"):
+                from harness.checks import FRACTION_KEYS
+                hint = f"; a percentage is read only for {', '.join(FRACTION_KEYS)}"
+            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first}){hint}"
+        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and " not in " in first:
+            line = _unknown_key_line(key, overrides)
+            if line:
+                return line
         key = next((k for k, _ in named if k.startswith(f"{key}.")), key)
         return f"{key}: {first}" if key != first else first
+    for arg in overrides:
+        line = added_unknown_key(arg)
+        if line:
+            return line
     return value_error(cfg, overrides)
+
+
+def _unknown_key_line(missing: str, overrides: list[str]) -> str | None:
+    """``harness.checks.unknown_key``'s line for ``missing`` (a full key), listing the keys its section
+    has in the config composed without the override that named it; None if that does not compose."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from harness.checks import unknown_key
+    from harness.compose import compose_config
+
+    def reaches(arg: str) -> bool:
+        k = arg.lstrip("+~").split("=", 1)[0]
+        return k == missing or k.startswith(f"{missing}.")
+
+    given = next((a.lstrip("+~").split("=", 1)[0] for a in overrides if reaches(a)), None)
+    try:
+        base = compose_config([a for a in overrides if not reaches(a)])
+    except Exception:        # noqa: BLE001 - another problem: the caller's plain line
+        return None
+    parent = missing.rpartition(".")[0]
+    section = OmegaConf.select(base, parent) if parent else base
+    if not isinstance(section, DictConfig):
+        return None
+    return unknown_key(missing, [str(k) for k in section.keys()], given=given)
 
 
 def value_error(cfg, overrides: list[str]) -> str | None:
@@ -154,7 +218,7 @@ def main() -> None:
         print(help_text())
         return
     try:
-        sys.argv[1:] = translate_argv(precheck_argv(sys.argv[1:]))
+        sys.argv[1:] = translate_argv(precheck_argv(normalise_argv(sys.argv[1:])))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -162,6 +226,8 @@ def main() -> None:
     if error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2)
+    if any(a in MULTIRUN_FLAGS for a in sys.argv[1:]):      # the jobs name their runs by these keys' values
+        os.environ[SWEPT_ENV] = " ".join(swept_keys_of_argv(sys.argv[1:]))
     _app()
 
 

@@ -2,7 +2,9 @@
 
 One run = one resolved config = one directory ``<out_dir>/<scenario>/<run_id>/`` (out_dir: outputs/runs by default; the references' runs: results/runs, results/real/runs).
 The run id is ``<variant>-s<seed>-<hash>``, the hash of the resolved config (run-control keys
-left out), so re-running the same config finds its directory: a complete (``ok``) run
+left out); a multirun job puts its swept values after the variant (harness.sweeplabel:
+``full_sync-rate=5mbit-rank=16-s0-<hash>``). Re-running the same config finds its directory (under
+either spelling): a complete (``ok``) run
 is skipped when ``resume=true``, an incomplete one is moved aside as ``<id>.attempt<N>``
 (kept, marked with its status) and run again. Resume is therefore per (variant, seed).
 
@@ -33,11 +35,14 @@ from harness.paths import project_root
 from harness.record import OutDirFull, close_run, read_run_json, read_rows, set_status, writable, write_run_json
 from harness.errors import ConfigError
 from harness.plan import RunPlan, build_plan
+from harness.sweeplabel import describe, existing_run_dir, label, labelled, sweep_values
 from harness.tasks.source import materialise
 
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
 INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
+HELD_EXIT = 75             # EX_TEMPFAIL: every run of the command is running in another process; try again later
+HELD = "running in another process"
 DEFAULT_PLACEMENT = {"source": "star", "hostfile": None, "pin": True, "mtu": 1400}
 
 
@@ -59,7 +64,7 @@ def _merge_overrides(base: list[str], extra: list[str]) -> list[str]:
 
 def scenario_name(overrides: list[str]) -> str:
     for o in overrides:
-        if o.startswith(("scenarios@_global_=", "scenario=")):
+        if o.startswith("scenario="):
             return o.split("=", 1)[1]
     return "adhoc"
 
@@ -99,8 +104,10 @@ def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
             for name, extra in variants.items():
                 vcfg = compose_config(_merge_overrides(overrides, list(extra) + [f"seed={seed}"]))
                 composed[(seed, name)] = (vcfg, build_plan(vcfg))
+        point = describe(sweep_values())           # a multirun job's grid point ('' otherwise)
         for i, ((seed, name), (vcfg, plan)) in enumerate(composed.items()):
-            print(f"\n=== {scenario}: run {i + 1}/{len(composed)}: {name}, seed {seed} ===", flush=True)
+            print(f"\n=== {scenario}{f' [{point}]' if point else ''}: run {i + 1}/{len(composed)}: {name}, "
+                  f"seed {seed} ===", flush=True)
             outcomes.append(run_one(vcfg, scenario=scenario, variant=name, overrides=overrides, plan=plan))
     except KeyboardInterrupt:
         _stop_interrupted(scenario, outcomes)
@@ -186,18 +193,19 @@ def run_one(cfg: DictConfig, scenario: str, variant: str, overrides: list[str],
     the outcome says it; bad input raises ConfigError before anything exists."""
     plan = plan or build_plan(cfg)
     materialise(plan.model_source, progress=bool(cfg.get("progress", True)))   # a GGUF, once; ConfigError before launch
-    run_id = cfg.run_id or run_id_of(cfg, variant, plan.backend.value)
-    run_dir = project_root() / cfg.out_dir / scenario / run_id
+    run_id = cfg.run_id or labelled(run_id_of(cfg, variant, plan.backend.value), variant, label(sweep_values()))
+    run_dir = existing_run_dir(project_root() / cfg.out_dir / scenario, run_id, variant)   # the same run, any label
+    run_id = run_dir.name
     with writable(run_dir.parent.parent, "creating the run's lock file"):
         lock = _claim(run_dir)
     if lock is None:
         print(f"[narrowband] {scenario}/{run_id}: running in another process (it holds {lock_path(run_dir).name}), "
               "skipped", flush=True)
-        return Outcome(run_id, run_dir, "skipped", "running in another process", variant=variant, seed=int(cfg.seed))
+        return Outcome(run_id, run_dir, "skipped", HELD, variant=variant, seed=int(cfg.seed))
     try:
         return _run_claimed(cfg, scenario, variant, overrides, plan, run_id, run_dir)
     finally:
-        os.close(lock)
+        _release(lock, run_dir)
 
 
 def lock_path(run_dir: Path) -> Path:
@@ -213,13 +221,34 @@ def _claim(run_dir: Path) -> int | None:
     import fcntl
 
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    while True:
+        fd = os.open(lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if _is_lock_file(fd, run_dir):
+            return fd
+        os.close(fd)          # its holder removed it as we took it (_release): take the new one
+
+
+def _is_lock_file(fd: int, run_dir: Path) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        return os.fstat(fd).st_ino == os.stat(lock_path(run_dir)).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _release(fd: int, run_dir: Path) -> None:
+    """Remove the lock file (while still holding it, so no one takes the removed one) and close it."""
+    try:
+        if _is_lock_file(fd, run_dir):
+            os.unlink(lock_path(run_dir))
+    except OSError:
+        pass
+    finally:
         os.close(fd)
-        return None
-    return fd
 
 
 def _run_claimed(cfg: DictConfig, scenario: str, variant: str, overrides: list[str], plan: RunPlan,
@@ -361,7 +390,8 @@ def _print_run_summary(run_dir: Path, status: str, reason: str, bases: dict | No
 
 
 def _print_scenario_summary(scenario: str, outcomes: list[Outcome]) -> None:
-    print(f"\n=== {scenario}: {len(outcomes)} runs ===")
+    point = describe(sweep_values())
+    print(f"\n=== {scenario}{f' [{point}]' if point else ''}: {len(outcomes)} runs ===")
     for o in outcomes:
         print(f"  {o.status:<11} {o.run_id:<32} {o.reason}")
     sys.stdout.flush()

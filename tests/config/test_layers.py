@@ -16,13 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, ...]] = [
     ("netem",),                                                        # the emulator: imports no harness
     ("harness.errors", "harness.paths", "harness.wire", "harness.wire.sealed", "harness.conf", "harness.progress",
-     "harness.seeds", "harness.tuning"),                               # leaves (harness.wire's __init__ imports nothing)
+     "harness.seeds", "harness.tuning", "harness.sweeplabel"),         # leaves (harness.wire's __init__ imports nothing)
     ("harness.backends", "harness.wire.links", "harness.record", "harness.digest", "harness.optim",
      "harness.fanout", "harness.placement", "harness.compress", "harness.tasks"),           # building blocks
     ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,
                                                                        # supervise, role) and the wire
     ("harness.onpolicy", "harness.federated"),                         # the training loops (role entries)
-    ("harness.validate", "harness.compose", "harness.plan"),           # deciding what a run is
+    ("harness.checks", "harness.validate", "harness.compose", "harness.plan"),   # deciding what a run is
     ("harness.run", "harness.multihost", "harness.report"),            # running (one host, across hosts: the
                                                                        # agent's parts) and reporting
     ("harness.__main__", "harness.usage", "harness.gpucheck", "harness.node", "harness.bench", "harness.cluster.selftest", "harness.compress.bench", "harness.compress.encode_ab",
