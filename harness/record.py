@@ -41,10 +41,25 @@ PROMPT_COLUMNS = KEY_COLUMNS + ["view", "prompt"]
 # correct, ended, answer, answer_logprob, reward | reverse_kl)
 
 
+def file_mode() -> int:
+    """The mode a plain ``open`` would give a new file: 0o666 less the process's umask (read from
+    /proc/self/status, which changes nothing; 0o022 where it is not there)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o644
+
+
 def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename over ``path``."""
+    """Write through a temporary file in the same folder, then rename over ``path``. The file gets
+    the umask's mode like any other (mkstemp's 0600 would hide run.json and rows from the other
+    users of a shared out_dir)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, file_mode())
     os.close(fd)
     try:
         write(tmp)

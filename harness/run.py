@@ -2,7 +2,9 @@
 
 One run = one resolved config = one directory ``<out_dir>/<scenario>/<run_id>/`` (out_dir: outputs/runs by default; the references' runs: results/runs, results/real/runs).
 The run id is ``<variant>-s<seed>-<hash>``, the hash of the resolved config (run-control keys
-left out), so re-running the same config finds its directory: a complete (``ok``) run
+left out); a multirun job puts its swept values after the variant (harness.sweeplabel:
+``full_sync-rate=5mbit-rank=16-s0-<hash>``). Re-running the same config finds its directory (under
+either spelling): a complete (``ok``) run
 is skipped when ``resume=true``, an incomplete one is moved aside as ``<id>.attempt<N>``
 (kept, marked with its status) and run again. Resume is therefore per (variant, seed).
 
@@ -30,10 +32,13 @@ from harness.paths import project_root
 from harness.record import OutDirFull, close_run, read_run_json, read_rows, set_status, writable, write_run_json
 from harness.plan import RunPlan
 from harness.scenario import PlannedRun, plan_scenario
+from harness.sweeplabel import describe, sweep_values
 from harness.tasks.source import materialise
 
 PACKAGES = ("torch", "transformers", "peft", "pyroute2", "hydra-core", "pandas", "narrowband-bench")
 INTERRUPTED_EXIT = 130     # what a shell reports for a process ended by SIGINT
+HELD_EXIT = 75             # EX_TEMPFAIL: every run of the command is running in another process; try again later
+HELD = "running in another process"
 
 
 @dataclass
@@ -57,8 +62,10 @@ def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
     try:
         if len(runs) == 1 and not cfg.variants and runs[0].cfg is cfg:
             return [run_one(runs[0], command)]
+        point = describe(sweep_values())           # a multirun job's grid point ('' otherwise)
         for i, run in enumerate(runs):
-            print(f"\n=== {scenario}: run {i + 1}/{len(runs)}: {run.variant}, seed {run.seed} ===", flush=True)
+            print(f"\n=== {scenario}{f' [{point}]' if point else ''}: run {i + 1}/{len(runs)}: {run.variant}, "
+                  f"seed {run.seed} ===", flush=True)
             outcomes.append(run_one(run, command))
     except KeyboardInterrupt:
         _stop_interrupted(scenario, outcomes)
@@ -179,12 +186,11 @@ def run_one(run: PlannedRun, command: str) -> Outcome:
     if lock is None:
         print(f"[narrowband] {run.scenario}/{run.run_id}: running in another process (it holds "
               f"{lock_path(run.run_dir).name}), skipped", flush=True)
-        return Outcome(run.run_id, run.run_dir, "skipped", "running in another process", variant=run.variant,
-                       seed=run.seed)
+        return Outcome(run.run_id, run.run_dir, "skipped", HELD, variant=run.variant, seed=run.seed)
     try:
         return _run_claimed(run, command)
     finally:
-        os.close(lock)
+        _release(lock, run.run_dir)
 
 
 def lock_path(run_dir: Path) -> Path:
@@ -200,13 +206,34 @@ def _claim(run_dir: Path) -> int | None:
     import fcntl
 
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    while True:
+        fd = os.open(lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if _is_lock_file(fd, run_dir):
+            return fd
+        os.close(fd)          # its holder removed it as we took it (_release): take the new one
+
+
+def _is_lock_file(fd: int, run_dir: Path) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        return os.fstat(fd).st_ino == os.stat(lock_path(run_dir)).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _release(fd: int, run_dir: Path) -> None:
+    """Remove the lock file (while still holding it, so no one takes the removed one) and close it."""
+    try:
+        if _is_lock_file(fd, run_dir):
+            os.unlink(lock_path(run_dir))
+    except OSError:
+        pass
+    finally:
         os.close(fd)
-        return None
-    return fd
 
 
 def _run_claimed(run: PlannedRun, command: str) -> Outcome:
@@ -325,7 +352,8 @@ def _print_run_summary(run_dir: Path, status: str, reason: str, bases: dict | No
 
 
 def _print_scenario_summary(scenario: str, outcomes: list[Outcome]) -> None:
-    print(f"\n=== {scenario}: {len(outcomes)} runs ===")
+    point = describe(sweep_values())
+    print(f"\n=== {scenario}{f' [{point}]' if point else ''}: {len(outcomes)} runs ===")
     for o in outcomes:
         print(f"  {o.status:<11} {o.run_id:<32} {o.reason}")
     sys.stdout.flush()

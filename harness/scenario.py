@@ -27,6 +27,7 @@ from harness.compose import compose_config
 from harness.errors import ConfigError
 from harness.paths import project_root
 from harness.plan import RunPlan, build_plan
+from harness.sweeplabel import existing_run_dir, label, labelled, sweep_values
 
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 DEFAULT_PLACEMENT = {"source": "star", "hostfile": None, "pin": True, "mtu": 1400}
@@ -62,7 +63,7 @@ def merge_overrides(base: list[str], extra: list[str]) -> list[str]:
 
 def scenario_name(overrides: list[str]) -> str:
     for o in overrides:
-        if o.startswith(("scenarios@_global_=", "scenario=")):
+        if o.startswith("scenario="):
             return o.split("=", 1)[1]
     return "adhoc"
 
@@ -107,11 +108,13 @@ def variants_of(cfg: DictConfig, scenario: str) -> dict[str, list[str]]:
 
 
 def planned(cfg: DictConfig, scenario: str, variant: str) -> PlannedRun:
-    """Plan one composed config (validated and planned here, once) and say where it is recorded."""
+    """Plan one composed config (validated and planned here, once) and say where it is recorded: a
+    multirun job's swept values go into its run id after the variant (harness.sweeplabel), and a
+    folder of the same run under the other spelling is found again (resume)."""
     plan = build_plan(cfg)
-    run_id = cfg.run_id or run_id_of(cfg, variant, plan.backend.value)
-    return PlannedRun(scenario, variant, int(cfg.seed), cfg, plan, run_id,
-                      project_root() / cfg.out_dir / scenario / run_id)
+    run_id = cfg.run_id or labelled(run_id_of(cfg, variant, plan.backend.value), variant, label(sweep_values()))
+    run_dir = existing_run_dir(project_root() / cfg.out_dir / scenario, run_id, variant)   # the same run, any label
+    return PlannedRun(scenario, variant, int(cfg.seed), cfg, plan, run_dir.name, run_dir)
 
 
 def plan_scenario(cfg: DictConfig, overrides: list[str]) -> list[PlannedRun]:

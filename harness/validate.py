@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.backends import BACKENDS, backend_of
+from harness.checks import check_gguf_header, check_out_dir
 from harness.errors import ConfigError
 from harness.paths import scenario_names
 
@@ -51,8 +52,9 @@ def precheck_argv(argv: list[str]) -> list[str]:
 
 
 def translate_argv(argv: list[str]) -> list[str]:
-    """``scenario=NAME`` selects the file scenarios/NAME.yaml, applied at the global package."""
-    return [f"scenarios@_global_={a.split('=', 1)[1]}" if a.startswith("scenario=") else a for a in argv]
+    """``scenario=NAME`` is Hydra's own group override (scenarios/NAME.yaml at the global package:
+    hydra_plugins/narrowband_searchpath); the older spelling ``scenarios@_global_=NAME`` still works."""
+    return [f"scenario={a.split('=', 1)[1]}" if a.startswith("scenarios@_global_=") else a for a in argv]
 
 
 def _check_link(key: str, node: dict) -> None:
@@ -153,7 +155,7 @@ def _check_hf_paths(model: Any) -> None:
         if key == "teacher_path" and not value:
             continue
         if is_gguf(value):
-            resolve_file(str(value), f"model.{key}")
+            check_gguf_header(resolve_file(str(value), f"model.{key}"), f"model.{key}")   # before any heavy import
         elif not value or not (Path(str(value)) / "config.json").is_file():
             raise ConfigError(f"model.{key}: {value!r} is not a local Hugging Face model directory (a folder with "
                               "config.json, e.g. from save_pretrained) nor a .gguf file; nothing is downloaded")
@@ -162,6 +164,8 @@ def _check_hf_paths(model: Any) -> None:
 def validate(cfg: Any) -> None:
     """Raise ConfigError for the first bad field of a composed config (DictConfig or dict); called by build_plan."""
     net, model, task, comp, method = cfg.net, cfg.model, cfg.task, cfg.compressor, cfg.method
+    if cfg.get("out_dir") is not None:
+        check_out_dir(cfg.get("out_dir"))
     if net.backend not in BACKENDS:
         raise _allowed("net.backend", net.backend, BACKENDS)
     _check_link("net", {k: net[k] for k in ("rate", "up", "down", "hub", "delay", "jitter", "loss", "queue")})

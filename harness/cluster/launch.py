@@ -235,6 +235,7 @@ def _base_env(world_size: int, master_addr: str, master_port: int) -> dict[str, 
     # threads give three different weights), so a learning outcome must not follow the core count.
     # OMP_NUM_THREADS in the environment wins.
     env.setdefault("OMP_NUM_THREADS", str(ROLE_THREADS))
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # a role writes to its log file: no transformers bars there
     return env
 
 

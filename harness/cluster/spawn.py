@@ -180,6 +180,7 @@ def _child(parent: int, argv: list[str], env: dict[str, str], log_path: Path, be
     libc.prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)    # what ps and top show
     for handler in logging.root.handlers[:]:          # a fresh interpreter has none
         logging.root.removeHandler(handler)
+    quiet_preloaded_bars()
     torch = sys.modules.get("torch")
     if torch is not None and env.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
@@ -192,6 +193,21 @@ def _child(parent: int, argv: list[str], env: dict[str, str], log_path: Path, be
         code = done.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     return 0
+
+
+def quiet_preloaded_bars() -> None:
+    """No progress bars in a role's log file: transformers and huggingface_hub, imported by the
+    launcher before the fork, read HF_HUB_DISABLE_PROGRESS_BARS only when first imported, so a
+    forked role turns their bars off itself (their 'Loading weights' bars filled the logs with
+    carriage returns). A spawned role gets the variable before it imports them (launch._base_env)."""
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def _redirect(log_path: Path, keep: int) -> None:

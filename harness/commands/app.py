@@ -7,21 +7,24 @@ run, one after another. Multirun (``-m``) sweeps work as in any Hydra app, with 
 A single run's overrides are composed once, before anything else, so that a bad one (a
 value of the wrong type, an unknown key, bad override syntax) ends with one line naming
 the key and exit status 2 instead of Hydra's multi-line report; that config is the one that
-runs (Hydra does not compose it again). With any ``-`` flag (``-m``, ``--cfg`` ...) or a
-``hydra.*`` override the command line is Hydra's: it composes and calls the app. ``--help`` / ``-h`` print narrowband's own
+runs (Hydra does not compose it again). With any ``-`` flag
+(``-m``, ``--cfg`` ...) that check is left to Hydra. ``--help`` / ``-h`` print narrowband's own
 screen (harness.commands.usage: scenarios, config groups, commands; Hydra's is ``--hydra-help``), and
 a bare ``python -m harness`` says how to start and exits with status 2.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from harness.checks import MULTIRUN_FLAGS, normalise_argv
 from harness.conf.schema import register
 from harness.errors import ConfigError
+from harness.sweeplabel import SWEPT_ENV, swept_keys_of_argv
 from harness.validate import precheck_argv, translate_argv
 
 register()
@@ -39,7 +42,7 @@ def run(cfg: DictConfig, overrides: list[str], multirun: bool = False) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from harness.record import OutDirFull
-    from harness.run import run_scenario
+    from harness.run import HELD, HELD_EXIT, run_scenario
     from harness.tuned_lr import config_error_in
 
     try:
@@ -62,6 +65,10 @@ def run(cfg: DictConfig, overrides: list[str], multirun: bool = False) -> None:
         if multirun:
             raise RuntimeError(f"{len(failed)} run(s) failed: {', '.join(o.run_id for o in failed)}")
         raise SystemExit(1)
+    if outcomes and all(o.reason == HELD for o in outcomes) and not multirun:
+        print(f"[narrowband] nothing ran: every run of this command is {HELD} (its .lock); run the command again "
+              f"when that one ends (complete runs are then skipped). Exit status {HELD_EXIT}.", file=sys.stderr)
+        raise SystemExit(HELD_EXIT)
 
 
 def _multirun() -> bool:
@@ -92,21 +99,47 @@ def compose_error(argv: list[str]) -> str | None:
 
 
 def compose_checked(argv: list[str]) -> tuple[str | None, DictConfig | None]:
-    """(one line for overrides that do not compose, or None; the composed config, or None).
+    """(one line for overrides that do not compose, or None; the config to run, or None).
 
-    Only a single run's plain overrides are composed here: with a ``-`` flag (multirun, help,
-    ``--cfg`` ...) Hydra reads the command line itself, and ``hydra.*`` overrides are Hydra's own
-    (then the config is None: Hydra composes it). A config composed here is the one that runs.
+    A single run's plain overrides are composed here once, and that config is the one that runs
+    (Hydra does not compose it again). A multirun's (``-m``) are checked, every value of every swept
+    key once (harness.checks.sweep_points), and ``hydra.*`` overrides are Hydra's own: then the
+    config is None and Hydra composes each job. With any other ``-`` flag (``--cfg``, help ...)
+    Hydra reads the command line itself and nothing is checked here.
     """
-    from hydra.errors import HydraException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra.errors import HydraException
 
+    from harness.checks import MULTIRUN_FLAGS, sweep_points
+
+    if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
+        return None, None
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    if len(overrides) == len(argv):
+        return _one_compose(overrides)
+    try:
+        points = sweep_points(overrides)
+    except HydraException as err:
+        return f"{_bad_syntax(overrides)}: {str(err).splitlines()[0]} (see Hydra's override grammar)", None
+    for point in points:
+        error = _one_compose_error(point)
+        if error:
+            return error, None
+    return None, None
+
+
+def _one_compose_error(overrides: list[str]) -> str | None:
+    """compose_error for one plain override list."""
+    return _one_compose(overrides)[0]
+
+
+def _one_compose(overrides: list[str]) -> tuple[str | None, DictConfig | None]:
+    """(the error line, None) for one plain override list, or (None, the composed config)."""
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    from harness.checks import added_unknown_key
     from harness.compose import compose_config
 
-    if any(a.startswith("-") for a in argv):
-        return None, None
-    overrides = [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    hydra_reads = len(overrides) != len(argv)
     try:
         cfg = compose_config(overrides)
     except OverrideParseException as err:
@@ -119,10 +152,47 @@ def compose_checked(argv: list[str]) -> tuple[str | None, DictConfig | None]:
         given = next((v for k, v in named if k == key), None)
         kind = re.search(r"could not be converted to (\w+)", first)
         if kind and given is not None:
-            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first})", None
+            hint = ""
+            if given.endswith("%"):
+                from harness.checks import FRACTION_KEYS
+                hint = f"; a percentage is read only for {', '.join(FRACTION_KEYS)}"
+            return f"{key}: {given!r} is not {_KINDS.get(kind.group(1), kind.group(1))} ({first}){hint}", None
+        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and " not in " in first:
+            line = _unknown_key_line(key, overrides)
+            if line:
+                return line, None
         key = next((k for k, _ in named if k.startswith(f"{key}.")), key)
         return (f"{key}: {first}" if key != first else first), None
-    return value_error(cfg, overrides), (None if hydra_reads else cfg)
+    for arg in overrides:
+        line = added_unknown_key(arg)
+        if line:
+            return line, None
+    error = value_error(cfg, overrides)
+    return (error, None) if error else (None, cfg)
+
+
+def _unknown_key_line(missing: str, overrides: list[str]) -> str | None:
+    """``harness.checks.unknown_key``'s line for ``missing`` (a full key), listing the keys its section
+    has in the config composed without the override that named it; None if that does not compose."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from harness.checks import unknown_key
+    from harness.compose import compose_config
+
+    def reaches(arg: str) -> bool:
+        k = arg.lstrip("+~").split("=", 1)[0]
+        return k == missing or k.startswith(f"{missing}.")
+
+    given = next((a.lstrip("+~").split("=", 1)[0] for a in overrides if reaches(a)), None)
+    try:
+        base = compose_config([a for a in overrides if not reaches(a)])
+    except Exception:        # noqa: BLE001 - another problem: the caller's plain line
+        return None
+    parent = missing.rpartition(".")[0]
+    section = OmegaConf.select(base, parent) if parent else base
+    if not isinstance(section, DictConfig):
+        return None
+    return unknown_key(missing, [str(k) for k in section.keys()], given=given)
 
 
 def value_error(cfg, overrides: list[str]) -> str | None:
@@ -167,7 +237,7 @@ def main() -> None:
         print(help_text())
         return
     try:
-        sys.argv[1:] = translate_argv(precheck_argv(sys.argv[1:]))
+        sys.argv[1:] = translate_argv(precheck_argv(normalise_argv(sys.argv[1:])))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -175,6 +245,8 @@ def main() -> None:
     if error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2)
+    if any(a in MULTIRUN_FLAGS for a in sys.argv[1:]):      # the jobs name their runs by these keys' values
+        os.environ[SWEPT_ENV] = " ".join(swept_keys_of_argv(sys.argv[1:]))
     if cfg is None:
         _app()                      # Hydra reads the command line (multirun, --cfg, hydra.* overrides)
     else:

@@ -19,7 +19,11 @@ least 2 seeds prints what a comparison of that design would need for 80% power (
   estimated within each seed from the per-prompt scores (delta method for a ratio:
   Var_p(a - r b) / (P mean(b)^2); for a difference Var_p(a - b) / P), and ``seeds_80`` again at
   other numbers of held-out prompts P' (``--prompts``), assuming the prompt part shrinks as P/P'
-  and the training part stays: ``sd(P')^2 = sd_seed^2 + sd_prompt^2 P / P'``.
+  and the training part stays: ``sd(P')^2 = sd_seed^2 + sd_prompt^2 P / P'``, where the prompt part
+  is capped at the observed spread (``sd_seed^2 = sd^2 - min(sd_prompt^2, sd^2)``), so that at the
+  pilot's own P the pilot's sd comes back. (With the same prompts for every seed, the part of the
+  prompt noise shared by all seeds is in no seed-level spread: the two-level bootstrap of the report
+  covers it.)
 
 Nothing is written unless ``--csv`` is given. Exit 2 with one line for a folder without runs.
 """
@@ -48,11 +52,16 @@ class PowerLine:
     at_prompts: dict[int, float] = field(default_factory=dict)   # P' -> seeds_80 at P' prompts
 
     @property
+    def sd_prompt_part(self) -> float:
+        """The prompt part of the observed per-seed sd (the within-seed estimate, capped at the sd)."""
+        return min(self.sd_prompt, self.row["sd"])
+
+    @property
     def sd_seed(self) -> float:
         sd = self.row["sd"]
         if not (math.isfinite(sd) and math.isfinite(self.sd_prompt)):
             return math.nan
-        return math.sqrt(max(sd * sd - self.sd_prompt ** 2, 0.0))
+        return math.sqrt(max(sd * sd - self.sd_prompt_part ** 2, 0.0))
 
 
 def within_seed_sd(a: np.ndarray, b: np.ndarray, op: str) -> float:
@@ -94,7 +103,7 @@ def plan(results: Path, claim: str | None, prompts: tuple[int, ...]) -> list[Pow
             if scores is not None:
                 p.prompts, p.sd_prompt = scores[0].shape[1], within_seed_sd(*scores, line.op)
                 for n in prompts:
-                    predicted = math.sqrt(p.sd_seed ** 2 + p.sd_prompt ** 2 * p.prompts / n)
+                    predicted = math.sqrt(p.sd_seed ** 2 + p.sd_prompt_part ** 2 * p.prompts / n)
                     p.at_prompts[n] = seeds_for_power(gap, predicted)
             out.append(p)
     return out

@@ -99,8 +99,11 @@ class Server:
         """The held-out metrics of the aggregated model; its per-prompt records go to ``recorder.prompts``
         (view ``server``; ``step`` 0 is the evaluation before round 1, round t's is t + 1)."""
         deltas = {n: self.method.delta(n) for n in self.names}
+        task = self.party.task
         with self.party.adapter.evaluating(deltas) as model:
-            metrics, frame = self.party.task.evaluate_prompts(model)
+            if not hasattr(task, "evaluate_prompts"):    # a task that keeps no per-prompt records
+                return dict(task.evaluate(model))
+            metrics, frame = task.evaluate_prompts(model)
         if recorder is not None and hasattr(recorder, "prompts"):
             recorder.prompts(step, frame, "server")
         return dict(metrics)

@@ -91,18 +91,22 @@ def aggregate(per_run: pd.DataFrame, keys: list[str], stat_columns: list[str]) -
                and pd.api.types.is_numeric_dtype(per_run[c])]
     grouped = per_run.groupby(keys, dropna=False, sort=True)
     table = grouped[numeric].mean() if numeric else grouped.size().to_frame("_").drop(columns="_")
+    added: dict[str, object] = {}      # every new column at once (one concat, not hundreds of inserts)
     for column in stat_columns:
         if column not in per_run:
             continue
         sums = [summarize(g[column]) for _, g in grouped]
-        table[column] = [s.mean for s in sums]
+        added[column] = [s.mean for s in sums]
         for suffix, attr in zip(STAT_SUFFIXES, ("sd", "n", "ci_low", "ci_high")):
-            table[column + suffix] = [getattr(s, attr) for s in sums]
-    table["seeds"] = grouped.size()
-    table["seed_list"] = [",".join(str(v) for v in sorted(seed_of(g))) for _, g in grouped]
+            added[column + suffix] = [getattr(s, attr) for s in sums]
+    added["seeds"] = grouped.size()
+    added["seed_list"] = [",".join(str(v) for v in sorted(seed_of(g))) for _, g in grouped]
     for flag, out in (("loaded", "loaded_runs"), ("rebuilt_base", "rebuilt_base_runs")):
-        table[out] = grouped[flag].agg(lambda s: int(s.fillna(False).astype(bool).sum())) if flag in per_run else 0
+        added[out] = grouped[flag].agg(lambda s: int(s.fillna(False).astype(bool).sum())) if flag in per_run else 0
     for extra in TEXT_COLUMNS:
         if extra in per_run:
-            table[extra] = grouped[extra].agg(lambda s: ";".join(dict.fromkeys(str(v) for v in s if str(v) != "")))
+            added[extra] = grouped[extra].agg(lambda s: ";".join(dict.fromkeys(str(v) for v in s if str(v) != "")))
+    new = pd.DataFrame({k: (v.reindex(table.index) if isinstance(v, pd.Series) else v) for k, v in added.items()},
+                       index=table.index)
+    table = pd.concat([table.drop(columns=[c for c in new.columns if c in table.columns]), new], axis=1)
     return table.reset_index()

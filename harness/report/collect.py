@@ -40,7 +40,9 @@ def model_label(model_cfg: Mapping[str, Any] | None, bases: Mapping[str, Any] | 
     ``wide (LLM shape)``; ``model=hf`` from a GGUF file (``bases.student.origin == "gguf"``, or a
     ``model.path`` ending in ``.gguf``): the file's model name, its quantisation suffix stripped, and
     `` (real)`` (``.../SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``SmolLM2-135M-Instruct (real)``);
-    ``model=hf`` from a folder: the folder's name and `` (local HF)``. Another name is itself;
+    ``model=hf`` from a folder: the folder's name and `` (local HF)``; a chat distillation's derived student
+    (``bases.student.origin == "derived"``): its teacher's label with the rounding named
+    (``SmolLM2-135M-Instruct 3-bit/8 student (real)``). Another name is itself;
     no name at all (a run.json without its config) is ``unknown``. Older run.json files without
     ``bases`` get the same label from the config alone.
     """
@@ -50,6 +52,12 @@ def model_label(model_cfg: Mapping[str, Any] | None, bases: Mapping[str, Any] | 
         return TOY_MODELS.get(name, name or "unknown")
     student = (bases or {}).get("student") if isinstance(bases, Mapping) else None
     student = student if isinstance(student, Mapping) else {}
+    if student.get("origin") == "derived":      # a chat distillation's student, rounded from the teacher
+        teacher = (bases or {}).get("teacher")
+        head = model_label(model_cfg, {"student": teacher}) if isinstance(teacher, Mapping) else "hf"
+        return head.replace(" (real)", "").replace(" (local HF)", "") + \
+            f" {student.get('student_bits')}-bit/{student.get('student_group')} student" + \
+            (" (real)" if head.endswith("(real)") else " (local HF)")
     path = str(model.get("path") or "")
     gguf = student.get("gguf") if student.get("origin") == "gguf" else None
     if gguf or path.startswith("pkg://") or path.lower().endswith(".gguf"):
@@ -165,7 +173,7 @@ class Run:
                 "allocation": self.allocation,
                 "steps": float((self.config.get("onpolicy") or {}).get("steps") or "nan") if self.kind == "onpolicy"
                 else float("nan"),
-                "reference_method": self.reference_method}
+                "reference_method": self.reference_method, "run_wall_s": self.wall_s}
 
     @property
     def reference_method(self) -> str:
@@ -174,6 +182,16 @@ class Run:
         before run.json held the plan (the report then asks harness.federated.methods)."""
         fed = (self.meta.get("plan") or {}).get("federated") or {}
         return str(fed.get("reference") or "") if self.kind == "federated" else ""
+
+    @property
+    def wall_s(self) -> float:
+        """The run's wall seconds, launch to end (run.json ``load.wall_s``, else ``seconds``; NaN: neither)."""
+        load = self.meta.get("load") or {}
+        value = load.get("wall_s", self.meta.get("seconds")) if isinstance(load, dict) else self.meta.get("seconds")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return float("nan")
 
     @property
     def allocation(self) -> str:

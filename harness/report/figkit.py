@@ -10,18 +10,21 @@ from pathlib import Path
 from typing import Callable
 
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, PercentFormatter
+from matplotlib.ticker import Formatter, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from harness.report.stats import summarize
-from harness.report.style import METHOD_ORDER, save, series_styles
+from harness.report.style import METHOD_ORDER, SINGLE, save, series_styles
 
 QUALITY_LABELS = {"accuracy": "Held-out accuracy", "reward": "Mean reward"}
+TITLE_LINE = 60          # characters of a one-line figure title per column width (8 pt fits ~60 in 3.4 in)
 
 
 @dataclass
 class FigureText:
-    """The words a drawn figure shows (read from its matplotlib objects before it is saved):
-    panel titles, axis labels, and each legend entry with its colour, marker and line style."""
+    """The words a drawn figure shows (read from its matplotlib objects before it is saved): the
+    figure's heading (``title``: scenario, backend, model, horizon, seeds), panel titles, axis labels,
+    and each legend entry with its colour, marker and line style."""
+    heading: str = ""
     titles: list[str] = field(default_factory=list)
     xlabels: list[str] = field(default_factory=list)
     ylabels: list[str] = field(default_factory=list)
@@ -70,10 +73,11 @@ def describe(fig) -> FigureText:
     legends), each legend entry with the colour, marker and line style of what it labels."""
     out = FigureText()
     if fig._suptitle is not None and fig._suptitle.get_text():
-        out.titles.append(fig._suptitle.get_text())
+        out.heading = fig._suptitle.get_text()
     sup_x = fig._supxlabel.get_text() if getattr(fig, "_supxlabel", None) is not None else ""
     if sup_x:
         out.xlabels.append(sup_x)
+    out.heading = out.heading or next((t for t in (leg.get_title().get_text() for leg in fig.legends) if t), "")
     legends, drawn = list(fig.legends), {}
     for ax in fig.axes:
         if ax.get_label() == "<colorbar>":
@@ -246,7 +250,13 @@ def legend(fig, axes: list, extra_ok: int = 3, order: list[str] | None = None) -
         axes[0].legend(loc="best")
         return
     ncol = _columns(labels, len(axes))
-    fig.legend([handles[lab] for lab in labels], labels, loc="outside upper center", ncol=ncol, columnspacing=1.2)
+    heading = None
+    if fig._suptitle is not None and fig._suptitle.get_text():   # the title heads the legend: both sit above the axes
+        heading = fig._suptitle.get_text()
+        fig._suptitle.remove()
+        fig._suptitle = None
+    fig.legend([handles[lab] for lab in labels], labels, loc="outside upper center", ncol=ncol, columnspacing=1.2,
+               title=heading, title_fontsize=8)
 
 
 def log_axis(ax, which: str = "x", base: int = 10) -> None:
@@ -256,7 +266,10 @@ def log_axis(ax, which: str = "x", base: int = 10) -> None:
     """
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
-    lo, hi = sorted(axis.get_data_interval())
+    shared = (ax.get_shared_x_axes() if which == "x" else ax.get_shared_y_axes()).get_siblings(ax)
+    spans = [sorted((a.xaxis if which == "x" else a.yaxis).get_data_interval()) for a in shared]
+    spans = [s for s in spans if all(map(math.isfinite, s))] or [sorted(axis.get_data_interval())]
+    lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)   # shared panels: one locator for all
     decades = math.log10(hi / lo) if base == 10 and lo > 0 else math.inf
     if decades < 0.5:      # less than half a decade: plain evenly spaced ticks read best
         axis.set_major_locator(MaxNLocator(nbins=4))
@@ -266,12 +279,66 @@ def log_axis(ax, which: str = "x", base: int = 10) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+class TickPercent(Formatter):
+    """Fractions as percents with as few decimals as the ticks need to differ: 46%, 46.5%, never
+    46.00% (the decimals follow the tick spacing, read when the axis is drawn)."""
+
+    def __init__(self) -> None:
+        self.decimals = 0
+
+    def set_locs(self, locs) -> None:
+        super().set_locs(locs)
+        steps = [abs(b - a) * 100 for a, b in zip(locs, locs[1:]) if b != a]
+        step = min(steps) if steps else 1.0
+        self.decimals = 0 if step >= 1 else min(4, math.ceil(-math.log10(step) - 1e-9))
+        while self.decimals and len({f"{100 * v:.{self.decimals - 1}f}" for v in locs}) == len(set(locs)):
+            self.decimals -= 1    # fewer digits still tell every tick apart
+
+    def __call__(self, x, pos=None) -> str:
+        return f"{100 * x:.{self.decimals}f}%"
+
+
 def quality_axis(ax, metric: str) -> None:
-    """Label the quality axis; accuracy in percent. Call after the data is drawn."""
+    """Label the quality axis; accuracy in percent, with the decimals its ticks need. Call after drawing."""
     ax.set_ylabel(QUALITY_LABELS.get(metric, metric))
     if metric == "accuracy":
-        lo, hi = ax.get_ylim()   # whole percents unless the axis spans under 5 points
-        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0 if hi - lo > 0.05 else None))
+        ax.yaxis.set_major_formatter(TickPercent())
+
+
+def seeds_text(counts) -> str:
+    """'n = 3 seeds', 'n = 2–5 seeds' (per series), 'n = 1 seed (no interval)'."""
+    counts = sorted({int(c) for c in counts if c == c})
+    if not counts:
+        return "n = ? seeds"
+    span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    if counts[-1] == 1:
+        return "n = 1 seed (no interval)"
+    return f"n = {span} seeds" + (" (n = 1: no interval)" if counts[0] == 1 else "")
+
+
+def horizon_text(values, unit: str = "updates") -> str:
+    """'80 updates', '16–80 updates' from the runs' counts ('' when none is known)."""
+    found = sorted({int(v) for v in values if v == v})
+    if not found:
+        return ""
+    return f"{found[0]} {unit}" if len(found) == 1 else f"{found[0]}–{found[-1]} {unit}"
+
+
+def models_text(values) -> str:
+    """The model(s) a figure's runs trained, in collect.model_label's words ('tiny (toy)')."""
+    found = sorted({str(v) for v in values if isinstance(v, str) and v})
+    return ", ".join(found) if found else "model not recorded"
+
+
+def title(fig, scenario: str, backend: str, model: str, seeds: str, horizon: str = "") -> str:
+    """The figure's title, so it stands alone: 'hilo_distill [tc] · tiny (toy) · 80 updates · n = 3 seeds'.
+    Call before ``legend``: a legend above the axes takes it as its heading."""
+    head, tail = [p for p in (f"{scenario} [{backend}]", model) if p], [p for p in (horizon, seeds) if p]
+    text = " · ".join(head + tail)
+    if len(text) > TITLE_LINE * fig.get_figwidth() / SINGLE:   # two lines rather than a title wider than the figure
+        text = " · ".join(head) + "\n" + " · ".join(tail)
+    fig.suptitle(text, fontsize=8)
+    return text
 
 
 def xlabel(fig, axes: list, text: str) -> None:

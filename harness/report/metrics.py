@@ -63,6 +63,9 @@ On-policy (learner rows, ``role == "learner"``):
 - ``staleness`` / ``rollout_kl``: the overlap mode (``onpolicy.staleness``, 0 = synchronous;
   speedups of either are against the synchronous full sync) and the mean measured
   KL(rollout policy || trained policy) per token of a stale run (NaN at staleness 0).
+- ``run_wall_s`` [s]: the run's wall clock from launch to end (run.json); ``updates_s_total`` and
+  ``eval_s_total`` [s]: the sums of its updates' and its evaluations' seconds (the learner's rows):
+  what a seed costs and where it goes (the rest is start-up: processes, models, links).
 - ``in_sync_frac``: fraction of verified updates (learner rows with ``in_sync`` set; worker
   rows when the learner has none) at which every worker's checksum matched the learner's.
 
@@ -266,6 +269,10 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "efficiency": _ratio(_col(hub, "bound_s"), _col(hub, "update_s")),
         "rollout_kl": _col(hub, "rollout_kl").mean(),
         **{f"phase_{p}": _col(hub, p).median() for p in (*PHASES, "replay_s", "bound_s", "update_s")},
+        # where a run's time goes (the cost of a seed): its updates, its evaluations, the rest (start-up, set-up)
+        "run_wall_s": _first(hub, "run_wall_s"),
+        "updates_s_total": _col(hub, "update_s").sum(),
+        "eval_s_total": _col(hub, "eval_s").fillna(0).sum(),
     }
 
 

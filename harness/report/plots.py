@@ -24,8 +24,9 @@ import pandas as pd
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.ticker import MaxNLocator
 
-from harness.report.figkit import (BOUNDS, QUALITY_LABELS, PlotLog, dodge, draw_series, error_bars, finish, in_order,
-                                   legend, legend_room, log_axis, quality_axis, styles_of, with_series, xlabel)
+from harness.report.figkit import (BOUNDS, QUALITY_LABELS, PlotLog, dodge, draw_series, error_bars, finish, horizon_text,
+                                   in_order, legend, legend_room, log_axis, models_text, quality_axis, seeds_text,
+                                   styles_of, title, with_series, xlabel)
 from harness.report.figkit import Figure  # noqa: F401  (re-exported: plots.Figure)
 from harness.report.metrics import constant_links, synchronous
 from harness.report.style import (METHOD_COLOURS, SERIES_COLOURS, budget_text, family, figure, label, link_order, link_text, slug,
@@ -59,7 +60,7 @@ def _config_text(multi_ref: bool, show_budget: bool = True):
         rank_ref = None if multi_ref else _value(row, "ref_rank")
         name = series_label(row.method, row.compressor, rank=_value(row, "rank"), ref_rank=rank_ref,
                             budget=_value(row, "budget_frac"), staleness=_value(row, "staleness"),
-                            show_budget=show_budget)
+                            show_budget=show_budget, dtype=_value(row, "sync_dtype"))
         return name + (f", r={int(row.rank)}" if multi_ref else "")
     return text
 
@@ -110,6 +111,19 @@ def _panels(group: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(group.sort_values("link_order")["link"]))[:MAX_PANELS]
 
 
+def _updates(frame: pd.DataFrame) -> str:
+    """The figure's horizon in updates: the runs' configured count (``steps``, else ``updates``)."""
+    for column in ("steps", "updates"):
+        if column in frame and frame[column].notna().any():
+            return horizon_text(frame[column])
+    return ""
+
+
+def _per_series_seeds(frame: pd.DataFrame) -> list[int]:
+    """Seeds behind each series of a curve figure (distinct seeds per series)."""
+    return list(frame.groupby("series")["seed"].nunique()) if "series" in frame else []
+
+
 def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str, xtext: str,
                          scale: float, logx: bool, kind: str, what: str) -> None:
     if curves.empty or curves["quality"].notna().sum() == 0:
@@ -131,6 +145,8 @@ def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x
                 ax.set_title(link)
             xlabel(fig, axes, xtext)
             quality_axis(axes[0], metric)
+            title(fig, scenario, backend, models_text(group.get("model", [])), seeds_text(_per_series_seeds(group)),
+                  _updates(group))
             legend(fig, axes, order=list(styles))
             name = slug(kind, scenario, backend, task)
             others = (f" Other budgets ({', '.join(budget_text(b) for b in other_budgets)}): the frontier figure."
@@ -195,6 +211,8 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
                     ax.set_title(f"training rank r = {int(ref)}")
             xlabel(fig, axes, "Link rate (Mbit/s)")
             axes[0].set_ylabel("Update speedup vs full sync (×)")
+            title(fig, scenario, backend, models_text(group.get("model", [])), seeds_text(group["seeds"]),
+                  _updates(group))
             legend(fig, axes)
             name = slug("speedup_vs_rate", scenario, backend, task)
             others = (f" Other budgets ({', '.join(budget_text(b) for b in other_budgets)}): tables/hilo.csv."
@@ -245,6 +263,7 @@ def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
                 log_axis(ax, "x")
                 ax.set_xlabel("Bytes per update (% of full sync)")
                 quality_axis(ax, metric)
+                title(fig, scenario, backend, models_text(g.get("model", [])), seeds_text(g["seeds"]), _updates(g))
                 legend(fig, [ax], extra_ok=0)
                 budgets = sorted(g["budget_frac"].dropna().unique())
                 name = slug("frontier", scenario, backend, task, f"r{int(ref)}" if group["ref_rank"].nunique() > 1
@@ -310,6 +329,8 @@ def plot_bytes_vs_rank(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
             log_axis(ax, "y")
             ax.set_xlabel("Training rank r")
             ax.set_ylabel("Bytes per update (% of full sync)")
+            title(fig, scenario, backend, models_text(group.get("model", [])), seeds_text(group["seeds"]),
+                  _updates(group))
             legend(fig, [ax], extra_ok=0)
             name = slug("bytes_vs_rank", scenario, backend, task)
             caption = ("Train high, ship low: bytes per update as a percentage of full sync at the "
@@ -399,6 +420,8 @@ def plot_spar_ranks(rows: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
             ax.set_xlabel("Update step")
             bar = fig.colorbar(image, ax=ax, pad=0.02, ticks=MaxNLocator(integer=True, nbins=min(kmax + 1, 8)))
             bar.set_label("Allocated rank k (0: not sent)")
+            title(fig, scenario, backend, models_text([first.get("model")]), f"one run (seed {int(first['seed'])})",
+                  horizon_text([len(steps)]))
             name = slug("spar_ranks", scenario, backend, first["variant"])
             trace = first["trace"] if "trace" in first else None
             caption = (f"Spar's rank per gradient matrix over updates (grey: not sent), run {first['run_id']} "
@@ -504,6 +527,8 @@ def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str
                 log_axis(ax, "x")
             ax.set_xlabel(xtext)
             quality_axis(ax, "accuracy")
+            title(fig, scenario, backend, models_text(group.get("model", [])), seeds_text(_per_series_seeds(group)),
+                  horizon_text([group["step"].max()], "rounds"))
             legend(fig, [ax])
             name = slug(kind, scenario, backend)
             ranks = ", ".join(sorted(set(group["ranks"].astype(str))))

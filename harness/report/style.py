@@ -133,11 +133,15 @@ def budget_text(frac: float | None) -> str:
 
 def series_label(method: str, compressor: str | None = None, *, rank: float | None = None,
                  ref_rank: float | None = None, budget: float | None = None, staleness: float | None = None,
-                 show_budget: bool = True) -> str:
+                 show_budget: bool = True, dtype: str | None = None) -> str:
     """Legend text of one configuration, in words: 'HiLo + Spar, 1.6% budget, overlap mode',
-    'low-rank, r=1', 'full sync'. The budget is named for compressed methods (``show_budget``),
-    the rank when it differs from the scenario's (``ref_rank``), the overlap mode when staleness > 0."""
+    'low-rank, r=1', 'full sync', 'full sync, fp32'. The budget is named for compressed methods
+    (``show_budget``), the rank when it differs from the scenario's (``ref_rank``), the wire dtype of
+    a sync that is not bf16 (``dtype``, the runs' ``sync_dtype``), the overlap mode when staleness > 0."""
     parts = [label(method, compressor)]
+    uncompressed = _missing(compressor) or compressor == "none"
+    if uncompressed and not _missing(dtype) and str(dtype) != "bf16":     # a full or low-rank sync in fp32
+        parts.append(str(dtype))
     if not _missing(rank) and not _missing(ref_rank) and float(rank) != float(ref_rank):
         parts.append(f"r={int(float(rank))}")
     compressed = compressor is not None and not _missing(compressor) and compressor != "none"
@@ -176,10 +180,11 @@ def styled() -> Iterator[None]:
         yield
 
 
-def figure(panels: int = 1, height: float = HEIGHT, sharey: bool = True):
-    """A figure of ``panels`` axes in a row: one column wide for 1 panel, two columns otherwise."""
+def figure(panels: int = 1, height: float = HEIGHT, sharey: bool = True, sharex: bool = True):
+    """A figure of ``panels`` axes in a row: one column wide for 1 panel, two columns otherwise.
+    Panels share both scales by default, so a reader compares them at a glance."""
     width = SINGLE if panels == 1 else DOUBLE
-    fig, axes = plt.subplots(1, panels, figsize=(width, height), sharey=sharey, squeeze=False,
+    fig, axes = plt.subplots(1, panels, figsize=(width, height), sharey=sharey, sharex=sharex, squeeze=False,
                              layout="constrained")
     return fig, list(axes[0])
 

@@ -7,6 +7,7 @@ seeds read ``3.03× ± 0.12 (n=5)``: mean ± half-width of the 95% t-interval, n
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -15,6 +16,7 @@ import pandas as pd
 from harness.report.sparsity_plot import sparsity_section
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, model_label
+from harness.report.headline import headline, seeds_of, setting
 from harness.report.metrics import TARGET_FRACTION
 from harness.report.plots import PlotLog, short_module_name
 from harness.report.stats import Summary, cell
@@ -83,22 +85,45 @@ FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit
            "bytes_frac": ("{:.4f}", "%", 100.0), "bytes_frac_max": ("{:.3f}", "%", 100.0)}   # bytes sit near a budget
 
 
-def claim_value(statistic: str, v: float) -> str:
-    fmt, unit, scale = FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
+def _format(statistic: str) -> tuple[str, str, float]:
+    return FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
+
+
+def claim_value(statistic: str, v: float, decimals: int | None = None) -> str:
+    """One number of a claim in its unit ('2.50×', '1.57%', '4.2 pt'); ``decimals`` overrides the default."""
+    fmt, unit, scale = _format(statistic)
+    if decimals is not None and fmt.endswith("f}"):
+        fmt = f"{{:.{decimals}f}}"
     return DASH if _nan(v) else fmt.format(v * scale) + unit
 
 
+def supported_decimals(statistic: str, estimate: float, low: float, high: float) -> int | None:
+    """Decimals the interval supports: its half-width to two significant digits, never more than the
+    statistic's default (None: keep the default; no interval, a zero-width one, or a %g format).
+    1.5663% [1.4299%, 1.7027%] -> 2 decimals: 1.57% [1.43%, 1.70%]."""
+    fmt, _, scale = _format(statistic)
+    if not fmt.endswith("f}") or any(_nan(v) for v in (estimate, low, high)):
+        return None
+    half = max(abs(estimate - low), abs(high - estimate)) * scale
+    if not half > 0 or not math.isfinite(half):
+        return None
+    default = int(re.search(r"\.(\d+)f", fmt).group(1))
+    return max(0, min(default, 1 - math.floor(math.log10(half))))
+
+
 def claim_text(c: pd.Series) -> str:
-    """``'2.50× [2.31, 2.69] (n=5)'``: estimate, 95% interval, seeds; a cap: ``'max 1.598% (n=5)'``; a
-    censored estimate: ``'>= 0.61 [...] (n=5, 2 censored)'``."""
+    """``'2.50× [2.31×, 2.69×] (n=5)'``: estimate, 95% interval, seeds, rounded to what the interval
+    supports (supported_decimals); a cap: ``'max 1.598% (n=5)'``; a censored estimate:
+    ``'>= 0.61 [...] (n=5, 2 censored)'``."""
     if str(c.get("test", "")) == "cap":
-        return f"max {claim_value(c['statistic'], c['estimate'])} (n={int(c['n_seeds'])})"
-    interval = "" if _nan(c["ci_low"]) else f" [{claim_value(c['statistic'], c['ci_low'])}, " \
-                                            f"{claim_value(c['statistic'], c['ci_high'])}]"
+        return f"max {claim_value(c['statistic'], c['estimate'])} (n={seeds_of(c)})"
+    decimals = supported_decimals(c["statistic"], c["estimate"], c["ci_low"], c["ci_high"])
+    value = lambda v: claim_value(c["statistic"], v, decimals)  # noqa: E731
+    interval = "" if _nan(c["ci_low"]) else f" [{value(c['ci_low'])}, {value(c['ci_high'])}]"
     censored = str(c.get("censored", "") or "")
     head = ">= " if censored and not _nan(c.get("estimate")) else ""
     tail = f", {censored.split(' of ')[0]} censored" if censored else ""
-    return f"{head}{claim_value(c['statistic'], c['estimate'])}{interval} (n={int(c['n_seeds'])}{tail})"
+    return f"{head}{value(c['estimate'])}{interval} (n={seeds_of(c)}{tail})"
 
 
 def power_text(c: pd.Series) -> str:
@@ -107,6 +132,14 @@ def power_text(c: pd.Series) -> str:
     if _nan(v):
         return DASH
     return ("> 100000" if v == math.inf else f"{int(v)}") + (f" ({c['resolves']})" if c.get("resolves") else "")
+
+
+_NO_INTERVAL = re.compile(r"(;\s*)?n=[01]: no interval, run >= 3 seeds")
+
+
+def _note(text: str) -> str:
+    """A claim's note without the no-interval remark (lines with fewer than 2 seeds are not judged)."""
+    return _NO_INTERVAL.sub("", str(text)).strip("; ").strip()
 
 
 def short_reason(reason: str) -> str:
@@ -182,15 +215,59 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
             + (f" {frame.attrs['unjudged']} lines with fewer than 2 seeds are not judged."
                if frame.attrs.get("unjudged") else ""), ""]
     frame = frame.assign(text=frame.apply(claim_text, axis=1), power=frame.apply(power_text, axis=1),
-                         backed=[claim_value(st, v) if not _nan(v) else DASH
-                                 for st, v in zip(frame["statistic"], frame["supported"])],
+                         backed=[claim_value(st, v, supported_decimals(st, e, lo, hi)) if not _nan(v) else DASH
+                                 for st, v, e, lo, hi in zip(frame["statistic"], frame["supported"], frame["estimate"],
+                                                             frame["ci_low"], frame["ci_high"])],
                          holm=frame["verdict_holm"].fillna("").astype(str) if "verdict_holm" in frame else "",
-                         note=frame["note"].fillna("").astype(str))
-    out += [markdown_table(frame, [("method", "method", str), ("claim", "claim", str), ("where", "where", str),
+                         note=frame["note"].fillna("").astype(str).map(_note),
+                         setting=frame.apply(lambda c: setting(c, scenario=False), axis=1),
+                         group=[_group(w, m) for w, m in zip(frame["where"],
+                                                             frame.get("model", pd.Series("", index=frame.index)))])
+    out += ["One table per scenario, backend and model; *setting*: the link, rank and baseline of the line; each "
+            "line's horizon (equal updates or equal wall-clock) is in `tables/claims.csv`.", ""]
+    for group, g in frame.groupby("group", sort=False):
+        out += [f"**{group}**", "",
+                markdown_table(g, [("method", "method", str), ("claim", "claim", str), ("setting", "setting", str),
                                    ("test", "test", str), ("estimate [95% CI] (n)", "text", str),
                                    ("verdict", "verdict", str), ("Holm", "holm", str), ("supported", "backed", str),
                                    ("seeds for 80%", "power", str), ("note", "note", str)]), ""]
     return out
+
+
+def cost_section(tables: Tables) -> list[str]:
+    """What a seed costs: per on-policy configuration, the mean wall time of one run and its share in
+    updates and in evaluation (the rest is start-up: processes, models, links)."""
+    runs = tables.hilo_runs
+    need = {"run_wall_s", "updates_s_total", "eval_s_total"}
+    if runs.empty or not need <= set(runs.columns) or not runs["run_wall_s"].notna().any():
+        return []
+    out = ["## What a seed costs", "",
+           "Per configuration, the mean over its runs of one run's wall time (launch to end, run.json), the share "
+           "spent in updates and in held-out evaluation (the learner's rows), the rest being start-up (processes, "
+           "model loading, links). Evaluation is kept under a fifth of a run where it can be.", ""]
+    rows = []
+    for (scenario, backend, variant), g in runs.groupby(["scenario", "backend", "variant"], sort=True):
+        wall = pd.to_numeric(g["run_wall_s"], errors="coerce")
+        if not wall.notna().any():
+            continue
+        upd, ev = pd.to_numeric(g["updates_s_total"], errors="coerce"), pd.to_numeric(g["eval_s_total"], errors="coerce")
+        rows.append({"scenario": scenario, "backend": backend, "variant": variant, "n": int(wall.notna().sum()),
+                     "wall": f"{wall.mean() / 60:.1f} min", "updates": f"{(upd / wall).mean():.0%}",
+                     "evaluation": f"{(ev / wall).mean():.0%}"})
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)
+    return out + [markdown_table(frame, [("scenario", "scenario", str), ("backend", "backend", str),
+                                         ("variant", "variant", str), ("runs", "n", str), ("wall per run", "wall", str),
+                                         ("updates", "updates", str), ("evaluation", "evaluation", str)]), ""]
+
+
+def _group(where: object, model: object) -> str:
+    """A claims table's heading from a line's ``where``: '`hilo_real` · backend `tc` · SmolLM2-135M-Instruct (real)'."""
+    text = str(where)
+    scenario, _, rest = text.partition(" [")
+    backend = rest.split("]", 1)[0] if rest else ""
+    return f"`{scenario}`" + (f" · backend `{backend}`" if backend else "") + (f" · {model}" if model else "")
 
 
 def crossover_section(cross: pd.DataFrame) -> list[str]:
@@ -264,7 +341,7 @@ def hilo_section(coll: Collection, tables: Tables) -> list[str]:
                     "section below and every grid point in `tables/hilo.csv`.", ""]
             continue
         t = t.assign(name=t.apply(_method_name, axis=1))
-        metric = ", ".join(sorted(set(t["quality_metric"].dropna().astype(str))))
+        metric = ", ".join(sorted(set(t["quality_metric"].dropna().astype(str)) - {"none", ""})) or "quality"
         out += _section_head(coll, scenario, backend)
         refs = sorted({f"`{v}`" + (f" ({d})" if d else "") for v, d in
                        zip(t["baseline_variant"], t["baseline_dtype"].fillna("")) if v})
@@ -559,8 +636,10 @@ def write_summary(coll: Collection, tables: Tables, plots: PlotLog, path: Path, 
              f"{', '.join(f'`{b}`' for b in backends) or DASH} (every table is split by backend). "
              "Tables: `tables/*.csv`; definitions of every derived metric: docs/report.md.", ""]
     cross = crossover_frame(tables) if crossover is None else crossover
+    claims = claims_frame(tables) if claims is None else claims
+    lines += headline(claims, claim_text)
     lines += claims_section(tables, claims) + plots_section(plots, coll.results_dir)
-    lines += crossover_section(cross) + load_section(coll, tables)
+    lines += crossover_section(cross) + load_section(coll, tables) + cost_section(tables)
     lines += hilo_section(coll, tables)
     lines += sweep_section(coll, tables) + spra_section(coll, tables)
     lines += extra_sections(tables) + sparsity_section(coll.results_dir) + compress_section(coll.results_dir)

@@ -43,7 +43,7 @@ HILO_EXTRA = ["scenario", "backend", "model", "variant", "delay_ms", "budget_fra
               "wire_bytes_per_update",
               "resync_bytes", "transfer_down_s", "wire_efficiency", "sync_dtype", "baseline_variant",
               "baseline_dtype", "command", "staleness", "trace", "allocation", "steps", "efficiency", "rollout_kl",
-              "base_quality", "gain_over_base", "bytes_frac_max"]
+              "base_quality", "gain_over_base", "bytes_frac_max", "run_wall_s", "updates_s_total", "eval_s_total"]
 HILO_EXTRA += [f"phase_{p}" for p in (*PHASES, "replay_s", "bound_s", "update_s")]
 # per run only (the claims' horizons, harness/report/metrics.py "Horizons"): judged from the seeds, never averaged first
 HILO_RUN_EXTRA = ["final_slope", "equal_time_s", "quality_retained_equal_time", "equal_time_read_s",
@@ -92,10 +92,9 @@ class Tables:
 
 def _order(table: pd.DataFrame, by: list[str], columns: list[str]) -> pd.DataFrame:
     """Required columns first, then the extras present; rows in a paper's reading order."""
-    for c in columns:
-        if c not in table:
-            table[c] = np.nan
-    table = table.assign(_m=table["method"].map(METHOD_ORDER).fillna(99)) if len(table) else table.assign(_m=[])
+    missing = {c: np.nan for c in columns if c not in table}          # added in one concat, not one insert each
+    order = table["method"].map(METHOD_ORDER).fillna(99) if len(table) else pd.Series([], index=table.index, dtype=float)
+    table = pd.concat([table, pd.DataFrame(missing, index=table.index), order.rename("_m")], axis=1)
     table = table.sort_values([c for c in by if c in table] + ["_m"], kind="stable", na_position="first")
     return table[columns].reset_index(drop=True)
 

@@ -64,17 +64,30 @@ def degrade(model: nn.Module, bits: int, group: int) -> int:
     return count
 
 
+def student_path(identity: str, bits: int, group: int, root: Path | None = None) -> Path:
+    """Where the student of the teacher ``identity`` (the SHA-256 of its weights, or of the GGUF file it
+    is dequantized from) at ``bits`` / ``group`` lives in the cache: a pure function, nothing is built."""
+    from harness.paths import cache_root
+
+    key = hashlib.sha256(json.dumps({"teacher": identity, "bits": bits, "group": group, "v": VERSION}).encode()).hexdigest()
+    return (root or cache_root()) / f"chat-student-{key[:16]}"
+
+
 def student_dir(teacher: str | Path, bits: int, group: int, root: Path | None = None) -> Path:
     """The cached student folder of ``teacher`` (a local HF folder), built once (file lock +
     atomic rename, as the pretraining cache)."""
     from harness.tasks.bases import dir_weights_sha256
-    from harness.tasks.cache import cache_root
-    from harness.tasks.models import load_dir
 
     teacher = Path(teacher)
-    sha = dir_weights_sha256(teacher)
-    key = hashlib.sha256(json.dumps({"teacher": sha, "bits": bits, "group": group, "v": VERSION}).encode()).hexdigest()
-    entry = (root or cache_root()) / f"chat-student-{key[:16]}"
+    return build_student(teacher, student_path(dir_weights_sha256(teacher), bits, group, root), bits, group)
+
+
+def build_student(teacher: Path, entry: Path, bits: int, group: int) -> Path:
+    """Build the student of the ``teacher`` folder into ``entry`` unless it is there (module doc)."""
+    from harness.tasks.bases import dir_weights_sha256
+    from harness.tasks.models import load_dir
+
+    teacher, entry = Path(teacher), Path(entry)
     if (entry / "meta.json").is_file():
         return entry
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -91,8 +104,8 @@ def student_dir(teacher: str | Path, bits: int, group: int, root: Path | None = 
             n = degrade(model, bits, group)
             model.save_pretrained(str(tmp))
             AutoTokenizer.from_pretrained(str(teacher), local_files_only=True).save_pretrained(str(tmp))
-            meta = {"recipe": {"kind": "chat-student", "teacher_sha256": sha, "bits": bits, "group": group,
-                               "version": VERSION}, "matrices": n, "teacher": str(teacher),
+            meta = {"recipe": {"kind": "chat-student", "teacher_sha256": dir_weights_sha256(teacher), "bits": bits,
+                               "group": group, "version": VERSION}, "matrices": n, "teacher": str(teacher),
                     "weights_sha256": dir_weights_sha256(tmp)}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
             shutil.rmtree(entry, ignore_errors=True)

@@ -10,7 +10,13 @@ A run loads one or two bases: the student (the policy / every federated party) a
 - ``folder``: ``model=hf``, a local Hugging Face folder, used as it is;
 - ``gguf``: ``model=hf`` with a GGUF file, materialised into <cache>/gguf-<file hash>
   (harness.tasks.gguf_cache) once, before the first launch that needs it (``materialise``, called
-  by run_one and harness.tune), so the roles load a folder.
+  by run_one and harness.tune), so the roles load a folder;
+- ``derived``: the student of a chat distillation (``task=chat_distill``, ``model=hf`` with no
+  ``model.teacher_path``): the teacher (``model.path``) with every decoder linear weight rounded to
+  ``task.chat.student_bits`` bits per group of ``task.chat.student_group``
+  (harness.tasks.chat_student), built once into <cache>/chat-student-<hash of the teacher's
+  identity, bits, group> by ``materialise`` after the teacher. With ``model.teacher_path`` set, the
+  student is ``model.path`` as given (a pair the user built).
 
 ``resolve(model_cfg, task_cfg)`` decides it (one-line ConfigError on a missing package, file or
 folder, or an architecture transformers cannot dequantize: the GGUF's metadata is read, no tensor
@@ -34,6 +40,7 @@ class Origin(str, Enum):
     CACHE = "cache"
     FOLDER = "folder"
     GGUF = "gguf"
+    DERIVED = "derived"
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,9 @@ class BaseSource:
     entry: str | None = None           # shipped/cache: <kind>-<recipe hash>; gguf: gguf-<file hash>
     gguf: str | None = None            # origin=gguf: the source file
     gguf_sha256: str | None = None     # origin=gguf: SHA-256 of the file's bytes
+    derived_from: str | None = None    # origin=derived: the teacher folder the student is rounded from
+    student_bits: int | None = None    # origin=derived: bits per weight
+    student_group: int | None = None   # origin=derived: weights per quantisation group
 
     def describe(self) -> dict[str, Any]:
         """run.json's ``bases[kind]`` (the weights are hashed now, from the folder the roles loaded)."""
@@ -56,6 +66,9 @@ class BaseSource:
         out["origin"] = self.origin.value
         if self.origin is Origin.GGUF:
             out |= {"gguf": self.gguf, "gguf_sha256": self.gguf_sha256}
+        if self.origin is Origin.DERIVED:
+            out |= {"derived_from": self.derived_from, "student_bits": self.student_bits,
+                    "student_group": self.student_group}
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,15 +113,34 @@ def used_kinds(task_cfg: Any) -> list[str]:
     return ["student"] + (["teacher"] if task_plan(task_cfg).name == "distill" else [])
 
 
+def derives_student(model_cfg: Any, task_cfg: Any) -> bool:
+    """A chat distillation on ``model=hf`` without ``model.teacher_path``: its student is derived."""
+    from harness.tasks.plans import model_plan, task_plan
+
+    m, t = model_plan(model_cfg), task_plan(task_cfg)
+    return m.name == "hf" and t.format == "chat" and t.name == "distill" and not m.teacher_path
+
+
 def base_source(kind: str, model_cfg: Any, task_cfg: Any) -> BaseSource:
     """Where the ``kind`` base comes from. A GGUF is hashed and its metadata checked here; it is
-    materialised (dequantized into the cache) by ``materialise``, not here."""
+    materialised (dequantized into the cache) by ``materialise``, not here; likewise a derived student."""
     from harness.tasks.models import hf_key
-    from harness.tasks.plans import model_plan
+    from harness.tasks.plans import model_plan, task_plan
 
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not allowed; choose teacher or student")
     m = model_plan(model_cfg)
+    if kind == "student" and derives_student(model_cfg, task_cfg):
+        from harness.tasks.bases import dir_weights_sha256
+        from harness.tasks.chat_student import student_path
+
+        teacher = base_source("teacher", model_cfg, task_cfg)
+        chat = task_plan(task_cfg).chat
+        bits, group = int(chat.student_bits), int(chat.student_group)
+        identity = teacher.gguf_sha256 or dir_weights_sha256(Path(teacher.path))
+        path = student_path(identity, bits, group)
+        return BaseSource(kind, Origin.DERIVED, str(path), path.name, derived_from=teacher.path, student_bits=bits,
+                          student_group=group)
     if m.name == "hf":
         from harness.tasks.gguf_cache import check, entry_of, is_gguf
         from harness.tasks.models import hf_dir
@@ -140,6 +172,12 @@ def materialise(source: ModelSource | None, progress: bool = True) -> None:
     machine however many callers). A file transformers cannot load is a one-line ConfigError."""
     from harness.tasks.gguf_cache import materialise as one
 
-    for b in (source.bases if source is not None else ()):
+    bases = source.bases if source is not None else ()
+    for b in bases:
         if b.origin is Origin.GGUF and not (Path(b.path) / "meta.json").is_file():
             one(str(b.gguf), "model.path" if b.kind == "student" else "model.teacher_path", progress=progress)
+    for b in bases:                        # after the teacher it is rounded from
+        if b.origin is Origin.DERIVED and not (Path(b.path) / "meta.json").is_file():
+            from harness.tasks.chat_student import build_student
+
+            build_student(Path(str(b.derived_from)), Path(b.path), int(b.student_bits or 0), int(b.student_group or 0))

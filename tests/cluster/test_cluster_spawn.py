@@ -102,3 +102,23 @@ def test_a_forked_role_that_dies_holding_tqdms_lock_does_not_block_the_launcher(
     assert shared is None or shared.acquire(timeout=10), "the launcher's tqdm lock was left taken by the dead child"
     if shared is not None:
         shared.release()
+
+
+def test_a_forked_role_turns_off_the_preloaded_transformers_bars():
+    """Its log is a file: transformers' 'Loading weights' bars (imported by the launcher before the
+    fork, so HF_HUB_DISABLE_PROGRESS_BARS is read too late) are turned off in the role."""
+    import transformers.utils.logging as hf_logging
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    from harness.cluster.launch import _base_env
+    from harness.cluster.spawn import quiet_preloaded_bars
+
+    was, hub_off = hf_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
+    try:
+        hf_logging.enable_progress_bar()
+        quiet_preloaded_bars()
+        assert not hf_logging.is_progress_bar_enabled() and are_progress_bars_disabled()
+    finally:
+        (disable_progress_bars if hub_off else enable_progress_bars)()
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+    assert _base_env(2, "127.0.0.1", 29500)["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"   # a spawned role's

@@ -108,7 +108,7 @@ def test_unknown_names_on_the_command_line_give_one_line(arg, key, real, monkeyp
 
 @pytest.mark.parametrize("arg, key, kind, real", [("model.rank=abc", "model.rank", "is not an int", True),
                                                   ("net.hang_timeout_s=soon", "net.hang_timeout_s", "is not a float", False),
-                                                  ("model.nonesuch=3", "model.nonesuch", "not in", False),
+                                                  ("model.nonesuch=3", "model.nonesuch", "not a key of model", False),
                                                   ("model.rank=[1", "model.rank=[1", "override grammar", False)])
 def test_bad_overrides_on_the_command_line_give_one_line(arg, key, kind, real, monkeypatch, capsys):
     code, err = _command_line(arg, real, monkeypatch, capsys)

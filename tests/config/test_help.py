@@ -77,9 +77,9 @@ def test_hydra_searches_only_the_scenarios_folder_of_the_project(crowded_root, m
         with initialize_config_module(config_module="harness.conf", version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             groups = loader.list_groups("")
-            assert "scenarios" in groups
-            assert not {"results", ".venv"} & set(groups)
-            assert set(loader.get_group_options("scenarios", ObjectType.CONFIG)) == {n for n, _ in scenarios()}
+            assert "scenario" in groups
+            assert not {"results", ".venv", "scenarios"} & set(groups)
+            assert set(loader.get_group_options("scenario", ObjectType.CONFIG)) == {n for n, _ in scenarios()}
     finally:
         GlobalHydra.instance().clear()
 

@@ -16,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, ...]] = [
     ("netem",),                                                        # the emulator: imports no harness
     ("harness.errors", "harness.paths", "harness.wire", "harness.wire.sealed", "harness.conf", "harness.progress",
-     "harness.seeds", "harness.tuned_lr"),                               # leaves (harness.wire's __init__ imports nothing)
+     "harness.seeds", "harness.tuned_lr", "harness.sweeplabel"),       # leaves (harness.wire's __init__ imports nothing)
     ("harness.backends", "harness.wire.links", "harness.record", "harness.digest", "harness.optim",
      "harness.fanout", "harness.placement", "harness.compress", "harness.tasks"),           # building blocks
     ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,
                                                                        # supervise, role) and the wire
     ("harness.onpolicy", "harness.federated", "harness.runplan"),      # the training loops (role entries) and the
                                                                        # RunPlan they decode
-    ("harness.validate", "harness.compose", "harness.plan", "harness.scenario"),   # deciding what a run is
+    ("harness.checks", "harness.validate", "harness.compose", "harness.plan", "harness.scenario"),   # deciding what a run is
     ("harness.run", "harness.multihost", "harness.report"),            # running (one host, across hosts: the
                                                                        # agent's parts) and reporting
     ("harness.commands", "harness.__main__", "harness.bench", "harness.tune", "harness.report.__main__"),

@@ -36,3 +36,44 @@ def test_a_run_held_by_another_process_is_skipped_and_left_alone(tmp_path):
     assert outcome.status == "skipped" and outcome.reason == "running in another process"
     assert (run_dir / "run.json").read_text() == '{"status": "running"}'
     assert not list(run_dir.parent.glob("*.attempt*"))
+
+
+def test_a_released_claim_leaves_no_lock_file(tmp_path):
+    from harness.run import _release, lock_path
+
+    run_dir = tmp_path / "scenario" / "v-s0-abcd"
+    fd = _claim(run_dir)
+    assert lock_path(run_dir).is_file()
+    _release(fd, run_dir)
+    assert not lock_path(run_dir).exists()
+    again = _claim(run_dir)                       # and the id can be claimed again
+    assert again is not None
+    _release(again, run_dir)
+
+
+def test_a_command_whose_every_run_is_held_elsewhere_says_so_and_exits_75(tmp_path):
+    import warm_cli
+
+    from harness.run import HELD_EXIT
+
+    base = ["scenario=smoke_hilo", f"out_dir={tmp_path}", "progress=false", "only=[full_sync]"]
+    cfg = compose_config(merge_overrides(base, list(compose_config(base).variants["full_sync"])))
+    run_dir = planned(cfg, "smoke_hilo", "full_sync").run_dir
+    held = _claim(run_dir)
+    try:
+        out = warm_cli.run("harness", base, capture_output=True, text=True, timeout=300)
+    finally:
+        os.close(held)
+    assert out.returncode == HELD_EXIT, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "nothing ran" in out.stderr and not run_dir.exists()
+
+
+def test_run_json_gets_the_umask_mode_not_mkstemps_0600(tmp_path):
+    from harness.record import write_run_json
+
+    old = os.umask(0o022)
+    try:
+        write_run_json(tmp_path, {"status": "ok"})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "run.json").stat().st_mode & 0o777 == 0o644

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 import warm_cli
@@ -197,4 +198,37 @@ def test_the_command_line_prints_one_line_and_creates_nothing(args, key, tmp_pat
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}:"), stderr
     assert "Traceback" not in stderr + stdout
     assert not out.exists()
+    assert our_namespaces(proc.pid) == []
+
+
+@pytest.mark.parametrize("where", ["kernel_fs", "missing_parent", "a_file"])
+def test_an_unusable_out_dir_fails_before_anything_is_created(where, tripwires, tmp_path):
+    """out_dir on /proc, under a parent that does not exist, or naming a file: one line naming
+    out_dir and the value, before any planning, namespace or folder (harness.checks)."""
+    if where == "kernel_fs" and not Path("/proc/self").exists():
+        pytest.skip("no /proc here")
+    (tmp_path / "file").write_text("")
+    value = {"kernel_fs": "/proc/narrowband-runs", "missing_parent": str(tmp_path / "no" / "such" / "runs"),
+             "a_file": str(tmp_path / "file")}[where]
+    before = our_namespaces()
+    with pytest.raises(ConfigError) as err:
+        _run([*ONPOLICY, f"out_dir={value}"])
+    message = _assert_one_line(err.value, "out_dir")
+    assert message.startswith(f"out_dir: {value}: ") and "nothing was started" in message, message
+    assert our_namespaces() == before and not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("args, key", [
+    (["compressor.budgt=0.1"], "compressor.budgt"),
+    (["seed=0,1"], "seed"),
+    (["out_dir=/proc/narrowband-runs"], "out_dir"),
+], ids=["unknown_key", "seed_sweep_without_m", "out_dir_on_proc"])
+def test_the_command_line_names_the_key_of_other_bad_input(args, key, tmp_path):
+    proc = warm_cli.popen("harness", ["scenario=smoke_hilo", *args], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {key}:"), stderr
+    assert "Traceback" not in stderr + stdout
     assert our_namespaces(proc.pid) == []

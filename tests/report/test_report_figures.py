@@ -212,3 +212,54 @@ def test_the_table_figures_redraw_from_the_written_tables_alone(built, tmp_path,
     assert set(redrawn) == set(from_runs)
     for name, f in redrawn.items():
         assert f.text.legend == from_runs[name].text.legend and f.text.titles == from_runs[name].text.titles, name
+
+
+def test_every_figure_is_headed_by_its_scenario_model_horizon_and_seeds(built):
+    """A figure stands alone: its heading names the scenario and backend of its file name, the model the
+    runs recorded (tables/hilo.csv, spra.csv) and n, the seeds behind it ('n = 1 seed (no interval)')."""
+    root, figs = built
+    models = set(pd.read_csv(root / "tables" / "hilo.csv")["model"]) | set(pd.read_csv(root / "tables" / "spra.csv")["model"])
+    for name, f in figs.items():
+        if name.startswith(("snr_vs_rank", "sparsity")):
+            continue                                   # a study's table, no scenario
+        _, scenario, backend, *_ = name.split("-")
+        heading = f.text.heading
+        assert heading.startswith(f"{scenario} [{backend}]"), (name, heading)
+        assert any(m in heading for m in models), (name, heading)
+        assert re.search(r"n = \d|one run \(seed \d+\)", heading), (name, heading)
+
+
+def test_a_single_seed_is_said_in_the_heading(built):
+    root, figs = built
+    spra = pd.read_csv(root / "tables" / "spra.csv")
+    fed = figs["fed_accuracy_vs_rounds-spra_federated-tc"]
+    assert ("n = 1 seed (no interval)" in fed.text.heading) == (spra["seeds"].max() == 1)
+    assert "rounds" in fed.text.heading
+
+
+def test_the_phases_caption_explains_every_legend_entry(built):
+    _, figs = built
+    f = figs["phases-hilo_distill-tc-distill"]
+    caption = f.caption.lower()
+    for entry in f.text.legend:
+        assert entry.lower() in caption, (entry, f.caption)
+
+
+def test_percent_ticks_have_the_decimals_their_spacing_needs():
+    formatter = figkit.TickPercent()
+    for locs in ([0.4, 0.5, 0.6], [0.46, 0.465, 0.47], [0.455, 0.4575, 0.46], [0.0, 0.25, 0.5, 0.75, 1.0]):
+        formatter.set_locs(locs)
+        labels = [formatter(v) for v in locs]
+        assert len(set(labels)) == len(locs), labels                     # every tick told apart
+        assert not any(re.search(r"\.\d*0%$", t) for t in labels if "." in t) or \
+            len({formatter(v)[:-2] for v in locs}) < len(locs), labels  # no digit a tick does not need
+        assert all(abs(float(t.rstrip("%")) - 100 * v) < 0.5 * 10 ** -formatter.decimals + 1e-9
+                   for t, v in zip(labels, locs)), labels
+
+
+def test_an_fp32_sync_is_named():
+    from harness.report.style import series_label
+
+    assert series_label("full_sync", "none", dtype="fp32") != series_label("full_sync", "none", dtype="bf16")
+    assert "fp32" in series_label("full_sync", "none", dtype="fp32")
+    assert series_label("hilo", "spar", budget=0.016, dtype="fp32") == series_label("hilo", "spar", budget=0.016)

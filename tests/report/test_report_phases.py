@@ -61,3 +61,26 @@ def test_no_phases_is_a_skip_not_an_error(tmp_path):
     log = PlotLog()
     plot_phases(pd.DataFrame(), tmp_path, log)
     assert log.skipped and not log.made
+
+
+def test_every_panel_of_a_phases_figure_shares_one_time_scale(tmp_path, monkeypatch):
+    """The slow link's panel and the fast one's are read on the same x axis."""
+    import harness.report.figkit as figkit
+
+    base = {"scenario": "s", "backend": "tc", "task": "distill", "method": "full_sync", "compressor": "none",
+            "rank": 64, "ref_rank": 64, "staleness": 0, "variant": "full_sync", "seed": 0,
+            **{f"phase_{p}": 0.1 for p in (*PHASES, "replay_s")}}
+    runs = pd.DataFrame([{**base, "rate_mbit": r, "run_id": f"r{r}", "phase_bound_s": u / 2, "phase_update_s": u}
+                         for r, u in ((10.0, 4.0), (100.0, 0.8))])
+    limits = []
+
+    def keep_limits(fig, out_dir, name):
+        import matplotlib.pyplot as plt
+        fig.canvas.draw()
+        limits.extend(ax.get_xlim() for ax in fig.axes)
+        plt.close(fig)
+        return []
+
+    monkeypatch.setattr(figkit, "save", keep_limits)
+    plot_phases(runs, tmp_path, PlotLog())
+    assert len(limits) == 2 and limits[0] == limits[1] and limits[0][1] >= 4.0

@@ -32,7 +32,7 @@ def _hydra_section(scenario: str):
     register()
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="harness.conf", version_base="1.3"):
-        return compose(config_name="config", overrides=[f"scenarios@_global_={scenario}"],
+        return compose(config_name="config", overrides=[f"scenario={scenario}"],
                        return_hydra_config=True)
 
 
@@ -51,10 +51,11 @@ def test_grid_sweeps_keys_that_exist_with_more_than_one_value(scenario):
         assert len(str(values).split(",")) > 1, f"{scenario}: {key} sweeps a single value ({values})"
 
 
-def test_multirun_dirs_stay_under_results_hydra():
+def test_multirun_dirs_stay_under_outputs_named_by_the_scenario():
     cfg = _hydra_section("grid_hilo")
     sweep_dir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"]
-    assert sweep_dir.startswith("results/hydra/"), sweep_dir
+    assert sweep_dir.startswith("outputs/"), sweep_dir
+    assert cfg.hydra.job.name == "grid_hilo" and cfg.scenario == "grid_hilo"
 
 
 def test_results_runs_and_hydra_are_gitignored():
@@ -62,7 +63,7 @@ def test_results_runs_and_hydra_are_gitignored():
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
     for path in ("outputs/runs/x/y/run.json", "outputs/summary.md", "results/runs/x/y/run.json",
-                 "results/hydra/multirun/2026-01-01_00-00-00/0"):
+                 "outputs/multirun/grid_hilo/2026-01-01_00-00-00/0"):
         out = subprocess.run(["git", "check-ignore", "-q", path], cwd=root, timeout=30)
         assert out.returncode == 0, f"{path} is not ignored by .gitignore (a sweep would litter git status)"
 
@@ -105,10 +106,15 @@ def test_multirun_runs_every_grid_point(sweep):
     assert len(metas) == 2 and all(m["status"] == "ok" for m in metas.values()), metas
     rates = sorted(m["config"]["net"]["rate"] for m in metas.values())
     assert rates == sorted(RATES)
+    for name, meta in metas.items():      # a folder says its grid point: full_sync-rate=5mbit-s0-<hash>
+        assert f"-rate={meta['config']['net']['rate']}-" in name, name
+    headers = [line for line in first.stdout.splitlines() if line.startswith("=== grid_hilo [")]
+    assert any(f"net.rate={RATES[0]}" in h.split("]")[0] for h in headers), first.stdout[-2000:]
     assert {m["backend"] for m in metas.values()} == {"model"}
-    # Hydra's job folders went under <cwd>/results/hydra/, nothing else was written in cwd
-    assert sorted(p.name for p in tmp.iterdir()) == ["results", "runs"]
-    assert [p.name for p in (tmp / "results").iterdir()] == ["hydra"]
+    # Hydra's job folders went under <cwd>/outputs/multirun/grid_hilo/, nothing else was written in cwd
+    assert sorted(p.name for p in tmp.iterdir()) == ["outputs", "runs"]
+    assert [p.name for p in (tmp / "outputs").iterdir()] == ["multirun"]
+    assert [p.name for p in (tmp / "outputs" / "multirun").iterdir()] == ["grid_hilo"]
 
 
 @pytest.mark.e2e
@@ -157,17 +163,31 @@ def test_rerun_skips_complete_runs_and_redoes_failed_or_interrupted(sweep):
     assert list((runs / "grid_hilo" / failed / "rows").glob("*.parquet")), "the redone run wrote no rows"
 
 
+def test_a_bad_value_anywhere_in_a_sweep_is_one_line_before_any_job(tmp_path):
+    """The command line's check composes every value of every swept key once: a bad one ends the
+    sweep before its first job, with one line naming the key and the value, exit 2."""
+    argv = ["-m", "scenario=grid_hilo", "net.rate=5mbit,bogus", "model.rank=16", "net.backend=model",
+            "only=[full_sync]", f"out_dir={tmp_path / 'runs'}", f"hydra.sweep.dir={tmp_path / 'hydra'}"]
+    out = warm_cli.run("harness", argv, cwd=project_root(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: net.rate: 'bogus'"), out.stderr
+    assert "Launching" not in out.stdout and not (tmp_path / "runs").exists() and not (tmp_path / "hydra").exists()
+
+
 def test_a_bad_grid_point_fails_its_job_not_the_sweep(tmp_path):
-    """In multirun a ConfigError is that job's failure (an exception Hydra records; a launcher in
-    other processes pickles it back), not SystemExit(2), which would end the basic launcher's
-    sweep at the first bad point and leave a submitit job with no result file."""
-    argv = ["-m", "scenario=grid_hilo", "net.rate=bogus,bogus2",
+    """In multirun a ConfigError the planner finds (the command line's check composes and validates
+    fields; the planner checks what a role would trip over, here the optimizer's name) is that job's
+    failure (an exception Hydra records; a launcher in other processes pickles it back), not
+    SystemExit(2), which would end the basic launcher's sweep at the first bad point and leave a
+    submitit job with no result file."""
+    argv = ["-m", "scenario=grid_hilo", "onpolicy.optimizer=bogus,bogus2", "net.rate=5mbit",
             "model.rank=16", "net.backend=model", "only=[full_sync]", f"out_dir={tmp_path / 'runs'}",
             f"hydra.sweep.dir={tmp_path / 'hydra'}", "progress=false"]
     out = warm_cli.run("harness", argv, cwd=project_root(), capture_output=True, text=True, timeout=120)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text[-3000:]
     for bad in ("bogus", "bogus2"):      # both points ran: the first failure did not stop the sweep
-        assert f"error: net.rate: '{bad}' is not a rate" in text, text[-3000:]
-    assert "harness.errors.ConfigError: net.rate: 'bogus'" in text, text[-3000:]
+        assert f"error: onpolicy.optimizer: '{bad}' is not allowed" in text, text[-3000:]
+    assert "harness.errors.ConfigError: onpolicy.optimizer: 'bogus'" in text, text[-3000:]
     assert not (tmp_path / "runs").exists()
