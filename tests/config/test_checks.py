@@ -24,7 +24,7 @@ from harness.paths import project_root
 
 def _main(argv: list[str], monkeypatch, capsys) -> tuple[int, str]:
     """harness.__main__.main() with ``argv``: (exit status, stderr). These inputs end before the app."""
-    from harness.__main__ import main
+    from harness.commands.app import main
 
     monkeypatch.setattr(sys, "argv", ["harness", *argv])
     with pytest.raises(SystemExit) as ended:
@@ -154,7 +154,7 @@ def test_a_file_that_is_not_gguf_is_one_line_before_torch_is_imported(tmp_path):
     garbage.write_bytes(bytes(range(256)) * 4)
     truncated = _gguf(tmp_path / "cut.gguf", struct.pack("<Q", 40) + b"general.arch")
     probe = ("import sys\n"
-             "from harness.__main__ import compose_error\n"
+             "from harness.commands.app import compose_error\n"
              f"for f in ({str(garbage)!r}, {str(truncated)!r}):\n"
              "    err = compose_error(['scenario=smoke_hilo', 'model=hf', f'model.path={f}'])\n"
              "    assert err and err.startswith('model.path:') and 'not a readable GGUF file' in err, err\n"
