@@ -224,7 +224,7 @@ def test_the_clean_at_the_start_of_a_run_removes_a_dead_owners_leftovers(kernel_
         events.append(("clean", removed))
         return removed
 
-    def fake_launch(roles, entry, payload, *, backend, run_dir, hang_timeout_s, progress=True, backend_reason=""):
+    def fake_launch(roles, entry, payload, *, backend, run_dir, hang_timeout_s, progress=True, backend_reason="", seed=0):
         events.append(("launch", our_namespaces(owner.pid)))
         return ClusterResult("ok", "", backend, {}, {}, 0.0)
 
