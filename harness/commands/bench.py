@@ -76,11 +76,17 @@ SPRA_FEDERATED = Step("spra_federated", (PY, "-m", "harness", "scenario=spra_fed
 REPORT_REAL = Step("report_real", (PY, "-m", "harness.report", "--results", REAL_RESULTS, "--reference"),
                    "the real model's tables, claims and plots from results/real/runs (0.1 min)",
                    quick=("--out", "outputs/quick"))
+HILO_REAL_MAIN = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit"
+HILO_REAL_TIMING = "patch_10mbit,full_sync_5mbit,lowrank_r1_5mbit,hilo_spar_5mbit,patch_5mbit"
+REAL_QUALITY = f"{HILO_REAL_MAIN},hilo_spar_b0625_10mbit"          # HiLo's quality claims: at the powered seeds
+REAL_COMPRESSORS = "hilo_powersgd_10mbit,hilo_topk_10mbit"         # other compressors at 1.6%: 3 seeds
+POWERED_SEEDS = "seeds=[0,1,2,3,4]"                               # python -m harness.power on the 3-seed pilot
 STEPS = (
     NETEM_CHECK,
-    Step("hilo_real", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS),
+    Step("hilo_real", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS,
+                       f"only=[{HILO_REAL_MAIN},{HILO_REAL_TIMING}]"),
          "HiLo+Spar vs full sync, low-rank r=1 and the patch on SmolLM2-135M-Instruct (GRPO on the chat task), "
-         "quality at 10 Mbit/s, time at 10 and 5 Mbit/s, 3 seeds (44.3 min)",
+         "quality at 10 Mbit/s (32 updates, 512 held-out prompts), time at 10 and 5 Mbit/s, 3 seeds",
          quick=("seeds=[0]", "only=[full_sync_10mbit,hilo_spar_10mbit]")),
     Step("compress_real", (PY, "-m", "harness.commands.compress_bench", "--model", "smollm2", "--rank", "16,8,64", "--seeds",
                            "0,1,2", "--steps", "12", "--train-threads", "2",
@@ -118,11 +124,29 @@ TINY = (
 POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population", TOY_RUNS, THREE_SEEDS),
                   "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client "
                   "links, a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,))
-SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, THREE_SEEDS),
-                 "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct (chat SFT, ranks 16/8/4/2), 3 seeds "
-                 "(74.1 min)")
+SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, POWERED_SEEDS),
+                 "SPRA-LoRA vs FedIT and FFA-LoRA, and SPRA without its rank-aware rate and without resampling, on "
+                 "SmolLM2-135M-Instruct (chat SFT, ranks 16/8/4/2, 512 held-out prompts), 5 seeds")
+# The real model's powered comparisons (python -m harness.power on the 3-seed pilot: docs/onpolicy.md): optional
+# steps whose complete runs the committed reference includes (results/real/REFERENCE.json "optional").
+REAL_POWERED = (
+    Step("hilo_real_seeds", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, POWERED_SEEDS,
+                             f"only=[{REAL_QUALITY}]"),
+         "hilo_real's quality variants at 5 seeds (seeds 0-2 resume from the hilo_real step), HiLo+Spar at 6.25% "
+         "(low-rank r=1's bytes) too"),
+    Step("hilo_real_compressors", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS,
+                                   f"only=[{REAL_COMPRESSORS}]"),
+         "HiLo with PowerSGD and with top-k at 1.6% on hilo_real, 3 seeds"),
+    Step("distill_real", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, POWERED_SEEDS,
+                          f"only=[{REAL_QUALITY}]"),
+         "on-policy distillation of SmolLM2-135M-Instruct (3-bit student, fp32 teacher): full sync, low-rank r=1, "
+         "HiLo+Spar at 1.6% and 6.25%, quality at 10 Mbit/s, 5 seeds"),
+    Step("distill_real_more", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
+                               f"only=[{REAL_COMPRESSORS},full_sync_5mbit,lowrank_r1_5mbit,hilo_spar_5mbit]"),
+         "distill_real: HiLo with PowerSGD and top-k at 1.6%, and the 5 Mbit/s timing runs, 3 seeds"),
+)
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
-OPTIONAL = (
+OPTIONAL = REAL_POWERED + (
     SPRA_REAL,
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS, f"only=[{FRONTIER}]"),
          "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),
@@ -182,10 +206,11 @@ def reference_manifest(steps, results: str, rebuild: str = "make bench"):
         seeds = tuple(int(x) for x in args["seeds"].strip("[]").split(",")) if "seeds" in args else tuple(
             body.get("seeds") or [0])
         for name in names:
-            if is_optional and name in tables[False].get(scenario, {}):
-                continue                       # a reference step covers it
+            extra = set(seeds) - set(tables[False].get(scenario, {}).get(name, ())) if is_optional else set(seeds)
+            if not extra:
+                continue                       # a reference step covers these seeds
             table = tables[is_optional].setdefault(scenario, {})
-            table[name] = tuple(sorted(set(table.get(name, ())) | set(seeds)))
+            table[name] = tuple(sorted(set(table.get(name, ())) | extra))
     return Manifest(tables[False], tables[True], rebuild)
 
 
