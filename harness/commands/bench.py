@@ -78,8 +78,6 @@ REPORT_REAL = Step("report_real", (PY, "-m", "harness.report", "--results", REAL
                    quick=("--out", "outputs/quick"))
 HILO_REAL_MAIN = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit"
 HILO_REAL_TIMING = "patch_10mbit,full_sync_5mbit,lowrank_r1_5mbit,hilo_spar_5mbit,patch_5mbit"
-REAL_QUALITY = f"{HILO_REAL_MAIN},hilo_spar_b0625_10mbit"          # HiLo's quality claims: at the powered seeds
-REAL_COMPRESSORS = "hilo_powersgd_10mbit,hilo_topk_10mbit"         # other compressors at 1.6%: 3 seeds
 POWERED_SEEDS = "seeds=[0,1,2,3,4]"                               # python -m harness.power on the 3-seed pilot
 STEPS = (
     NETEM_CHECK,
@@ -124,26 +122,15 @@ TINY = (
 POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population", TOY_RUNS, THREE_SEEDS),
                   "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client "
                   "links, a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,))
-SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, POWERED_SEEDS),
-                 "SPRA-LoRA vs FedIT and FFA-LoRA, and SPRA without its rank-aware rate and without resampling, on "
-                 "SmolLM2-135M-Instruct (chat SFT, ranks 16/8/4/2, 512 held-out prompts), 5 seeds")
+SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, THREE_SEEDS),
+                 "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct (chat SFT on operands 0..20, ranks "
+                 "16/8/4/2, 64 held-out prompts: the design its tuning used), 3 seeds")
 # The real model's powered comparisons (python -m harness.power on the 3-seed pilot: docs/onpolicy.md): optional
 # steps whose complete runs the committed reference includes (results/real/REFERENCE.json "optional").
 REAL_POWERED = (
     Step("hilo_real_seeds", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, POWERED_SEEDS,
-                             f"only=[{REAL_QUALITY}]"),
-         "hilo_real's quality variants at 5 seeds (seeds 0-2 resume from the hilo_real step), HiLo+Spar at 6.25% "
-         "(low-rank r=1's bytes) too"),
-    Step("hilo_real_compressors", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS,
-                                   f"only=[{REAL_COMPRESSORS}]"),
-         "HiLo with PowerSGD and with top-k at 1.6% on hilo_real, 3 seeds"),
-    Step("distill_real", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, POWERED_SEEDS,
-                          f"only=[{REAL_QUALITY}]"),
-         "on-policy distillation of SmolLM2-135M-Instruct (3-bit student, fp32 teacher): full sync, low-rank r=1, "
-         "HiLo+Spar at 1.6% and 6.25%, quality at 10 Mbit/s, 5 seeds"),
-    Step("distill_real_more", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
-                               f"only=[{REAL_COMPRESSORS},full_sync_5mbit,lowrank_r1_5mbit,hilo_spar_5mbit]"),
-         "distill_real: HiLo with PowerSGD and top-k at 1.6%, and the 5 Mbit/s timing runs, 3 seeds"),
+                             f"only=[{HILO_REAL_MAIN}]"),
+         "hilo_real's quality variants at 5 seeds (seeds 0-2 resume from the hilo_real step)"),
 )
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = REAL_POWERED + (

@@ -30,7 +30,7 @@ import pandas as pd
 from harness.paths import results_root
 from harness.report.collect import model_label
 
-PERCENT = ("bytes_frac", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "quality_retained")
+PERCENT = ("bytes_frac", "bytes_frac_max", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "quality_retained")
 TIMES = ("speedup",)
 
 
@@ -49,13 +49,25 @@ def _number(value: float, statistic: str) -> str:
 
 
 def estimate(row: pd.Series) -> str:
-    """``3.59x [3.24, 3.94]`` in the claim's own unit."""
+    """``3.59x [3.24, 3.94]`` in the claim's own unit; a cap's ``max 1.60%``; a censored estimate
+    ``>= 0.61 [...], 2 censored`` (a lower bound)."""
     stat = str(row.get("statistic", ""))
     point = _number(row["estimate"], stat)
+    if str(row.get("test", "")) == "cap":
+        return f"max {point}"
+    censored = row.get("censored")
+    censored = str(censored) if isinstance(censored, str) and censored else ""
+    head, tail = (">= ", f", {censored.split(' of ')[0]} censored") if censored else ("", "")
     low, high = row.get("ci_low"), row.get("ci_high")
     if low is None or high is None or pd.isna(low) or pd.isna(high):
-        return point
-    return f"{point} [{_number(low, stat)}, {_number(high, stat)}]"
+        return head + point + tail
+    return f"{head}{point} [{_number(low, stat)}, {_number(high, stat)}]{tail}"
+
+
+def verdict_text(row: pd.Series) -> str:
+    """The claim's verdict, and Holm's where the adjustment for the table's claims withdraws it."""
+    v, holm = str(row["verdict"]), row.get("verdict_holm")
+    return v if not isinstance(holm, str) or not holm or holm == v else f"{v} (Holm: {holm})"
 
 
 def _scenario_model(scenario: str) -> str:
@@ -135,7 +147,7 @@ def short_frame(claims: pd.DataFrame) -> pd.DataFrame:
         short = {"method": row["method"], "claim": _claim(str(row["claim"])),
                  "where": compact_where(where, recorded if isinstance(recorded, str) else ""),
                  "estimate [95% CI]": estimate(row),
-                 "verdict": row["verdict"], "n": int(row["n_seeds"]) if not pd.isna(row["n_seeds"]) else 0,
+                 "verdict": verdict_text(row), "n": int(row["n_seeds"]) if not pd.isna(row["n_seeds"]) else 0,
                  "model": model}
         if "horizon" in claims.columns:
             short["horizon"] = short_horizon(row.get("horizon", ""))
