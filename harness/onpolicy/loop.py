@@ -151,7 +151,8 @@ def run_learner(ctx, s: Setup) -> None:
     expected: str | None = None               # the learner's checksum of the state after the last verified update
     pending: list[int] = []                   # staleness 1: workers found out of sync at the last ack, resynced next
     versions = {0: _snapshot(s)} if op.staleness and op.policy_kl else {}   # adapter of each policy version still needed
-    base = ({f"base_{k}": v for k, v in evaluate(s, last=False, step=-1, recorder=ctx.recorder).items()}
+    base = ({f"base_{k}": v for k, v in evaluate(s, last=False, step=-1, recorder=ctx.recorder,
+                                                 progress=ctx.progress).items()}
             if op.eval_base else {})   # outside every window
     for step in range(steps):
         ctx.channel.barrier()
@@ -174,7 +175,7 @@ def run_learner(ctx, s: Setup) -> None:
             versions[step + 1] = _snapshot(s)
         if eval_due(step, op.eval_every, steps, op.eval_final):
             t0 = _now()
-            row.update(evaluate(s, last=step == steps - 1, step=step, recorder=ctx.recorder))
+            row.update(evaluate(s, last=step == steps - 1, step=step, recorder=ctx.recorder, progress=ctx.progress))
             row["eval_s"] = _now() - t0
         held = (step, row)
         ctx.heartbeat(step)
@@ -191,7 +192,7 @@ def _snapshot(s: Setup) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in s.replica.params.items()}
 
 
-def evaluate(s: Setup, last: bool, step: int, recorder=None) -> dict[str, float]:
+def evaluate(s: Setup, last: bool, step: int, recorder=None, progress=None) -> dict[str, float]:
     """The task's held-out metrics of the learner's policy; after the last update also of the
     policy the workers actually hold, as ``worker_<metric>``, where that differs (delta,
     low-precision full sync). Each evaluation's per-prompt records go to ``recorder.prompts``
@@ -201,13 +202,15 @@ def evaluate(s: Setup, last: bool, step: int, recorder=None) -> dict[str, float]
     The learning curve: with ``onpolicy.curve_prompts`` N > 0 an evaluation between the base's and
     the last scores only the first N of the held-out prompts; every evaluation also reports
     ``curve_accuracy``, the accuracy on those first N, so the curve (equal wall-clock, time to target,
-    the plateau) reads one prompt set at every point while the final quality reads them all."""
+    the plateau) reads one prompt set at every point while the final quality reads them all.
+    ``progress`` (the role's ``ctx.progress``) is called after each batch of prompts, so that a long
+    evaluation of a real model is not taken for a hang."""
     n = int(s.task_plan.eval_prompts)
     curve = int(s.plan.curve_prompts)
     scored = n if (last or step < 0 or curve <= 0) else min(curve, n)
     s.policy.eval()
     with _eval_threads(int(s.plan.eval_threads)):
-        metrics, frame = s.task.evaluate_prompts(s.policy, scored)
+        metrics, frame = s.task.evaluate_prompts(s.policy, scored, progress=progress)
         out = {k: float(v) for k, v in metrics.items()}
         if curve > 0 and "correct" in frame:
             out["curve_accuracy"] = float(frame.loc[frame["prompt"] < curve, "correct"].mean())
@@ -216,7 +219,7 @@ def evaluate(s: Setup, last: bool, step: int, recorder=None) -> dict[str, float]
         view = s.sync.worker_view() if last else None
         if view is not None:
             with swapped(s.replica.params, view):
-                metrics, frame = s.task.evaluate_prompts(s.policy, scored)
+                metrics, frame = s.task.evaluate_prompts(s.policy, scored, progress=progress)
             out.update({f"worker_{k}": float(v) for k, v in metrics.items()})
             if recorder is not None:
                 recorder.prompts(step, frame, "worker")

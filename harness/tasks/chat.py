@@ -351,7 +351,7 @@ class ChatTask(OnPolicyTask):
         return self.chat.correct(r.prompts, r.completions, r.completion_mask), r
 
     @torch.no_grad()
-    def scored(self, policy, n: int) -> tuple[pd.DataFrame, Rollouts]:
+    def scored(self, policy, n: int, progress=None) -> tuple[pd.DataFrame, Rollouts]:
         """Per prompt of the first ``n`` evaluation problems: the greedy completion's verdict and the
         reference answer's teacher-forced log-probability (harness.tasks.chat_eval); and the greedy
         completions as rollouts (one sample per prompt)."""
@@ -360,7 +360,7 @@ class ChatTask(OnPolicyTask):
         want = self.spec.answers(problems).tolist()
         answers = [self.tok.encode(str(v)) + [self.tok.eos_id] for v in want]
         out = greedy_scored(policy, rows, answers, self.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
-                            batch=int(self.cfg.eval_batch))
+                            batch=int(self.cfg.eval_batch), on_batch=progress)
         ended = ((out.completions == self.tok.eos_id) & out.mask).any(1)
         texts = self.tok.batch_decode(torch.where(out.mask, out.completions, self.tok.pad_id))
         got = [last_integer(t) for t in texts]
@@ -373,9 +373,10 @@ class ChatTask(OnPolicyTask):
         return frame, r
 
     @torch.no_grad()
-    def evaluate_prompts(self, policy, n: int | None = None) -> tuple[dict[str, float], pd.DataFrame]:
-        """(metrics, one row per prompt): accuracy, answer_logprob and the mode's own (module doc)."""
-        frame, r = self.scored(policy, n or int(self.cfg.eval_prompts))
+    def evaluate_prompts(self, policy, n: int | None = None, progress=None) -> tuple[dict[str, float], pd.DataFrame]:
+        """(metrics, one row per prompt): accuracy, answer_logprob and the mode's own (module doc);
+        ``progress`` is called after each batch of prompts (the role's heartbeat)."""
+        frame, r = self.scored(policy, n or int(self.cfg.eval_prompts), progress)
         frame = self.score_more(policy, frame, r)
         metrics = {"accuracy": float(frame["correct"].mean()), "answer_logprob": float(frame["answer_logprob"].mean())}
         metrics.update({k: float(frame[k].mean()) for k in ("reward", "reverse_kl") if k in frame})

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -97,9 +98,10 @@ def _answer_logprob_plain(model, prompts: torch.Tensor, pmask: torch.Tensor, ans
 
 @torch.no_grad()
 def greedy_scored(model, rows: list[list[int]], answers: list[list[int]], max_new_tokens: int, *, eos_id: int,
-                  pad_id: int, batch: int = BATCH) -> GreedyScored:
+                  pad_id: int, batch: int = BATCH, on_batch: Callable[[], None] | None = None) -> GreedyScored:
     """Greedy completions of ``rows`` (prompt token ids, unpadded) and the teacher-forced
-    log-probability of ``answers`` (token ids of each reference answer, eos last); see the module doc."""
+    log-probability of ``answers`` (token ids of each reference answer, eos last); see the module doc.
+    ``on_batch`` is called after each batch of prompts (a role's progress: a long evaluation is not a hang)."""
     if len(rows) != len(answers) or not rows:
         raise ValueError(f"greedy_scored: {len(rows)} prompts and {len(answers)} answers (need as many, >= 1)")
     device = device_of(model)
@@ -120,10 +122,14 @@ def greedy_scored(model, rows: list[list[int]], answers: list[list[int]], max_ne
             comp, mask, _ = sample(model, prompts, pmask.bool(), max_new_tokens, group=1, eos_id=eos_id, pad_id=pad_id)
             parts.append((comp, mask))
             scores.append(_answer_logprob_plain(model, prompts, pmask, ans, pad_id))
+            if on_batch is not None:
+                on_batch()
             continue
         comp, mask, score = _chunk(model, prefix, p, chunk, ans, max_new_tokens, eos_id, pad_id, keep)
         parts.append((comp, mask))
         scores.append(score)
+        if on_batch is not None:
+            on_batch()
     width = max(c.shape[1] for c, _ in parts)
     completions = torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1]), value=pad_id) for c, _ in parts])
     masks = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1]), value=False) for _, m in parts])

@@ -134,11 +134,12 @@ class OnPolicyTask:
         return self.evaluate_prompts(policy, n)[0]
 
     @torch.no_grad()
-    def evaluate_prompts(self, policy, n: int | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+    def evaluate_prompts(self, policy, n: int | None = None, progress=None) -> tuple[dict[str, float], pd.DataFrame]:
         """(the held-out metrics, one row per prompt): the metrics as ``evaluate`` always gave them,
         and per prompt its problem, ``correct`` (greedy), ``answer_logprob`` (the continuous score
         beside it: the teacher-forced log-probability in nats of the answer and eos after the prompt)
         and the mode's own columns (``per_prompt``)."""
+        del progress                 # the toy tasks' evaluation is one short call: no heartbeat needed
         n = n or int(self.cfg.eval_prompts)
         ok, r = self.greedy(policy, n)
         metrics = {"accuracy": float(ok.float().mean())}

@@ -55,6 +55,20 @@ def test_scored_greedy_equals_the_plain_path(family, tmp_path):
     assert bool((out.answer_logprob < 0).all())
 
 
+
+def test_every_batch_of_prompts_reports_progress(tmp_path):
+    """A long evaluation beats once per batch (a role's heartbeat: the supervisor takes 180 s of silence
+    for a hang, and 512 prompts of a real model on 2 loaded cores take longer), and the beat changes nothing."""
+    model, vocab = _model("chat", tmp_path)
+    model.eval()
+    rows, answers = _rows(vocab, vocab - 1)
+    beats: list[int] = []
+    out = greedy_scored(model, rows, answers, 6, eos_id=vocab - 2, pad_id=vocab - 1, batch=2,
+                        on_batch=lambda: beats.append(1))
+    plain = greedy_scored(model, rows, answers, 6, eos_id=vocab - 2, pad_id=vocab - 1, batch=2)
+    assert len(beats) == 3                                            # 5 prompts in batches of 2
+    assert torch.equal(out.completions, plain.completions) and torch.equal(out.answer_logprob, plain.answer_logprob)
+
 def test_chat_task_records_every_prompt():
     from harness.tasks.chat import ChatRewardTask
 
