@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.cluster.spawn import single_threaded_launcher
 from harness.paths import project_root
 from harness.record import OutDirFull, close_run, read_run_json, read_rows, set_status, writable, write_run_json
 from harness.plan import RunPlan
@@ -55,6 +56,7 @@ def run_scenario(cfg: DictConfig, overrides: list[str]) -> list[Outcome]:
     """Plan every (seed, variant) of the composed scenario (harness.scenario.plan_scenario: bad input
     fails here, before anything exists), then run them in that order: seed 0 of every variant, then
     seed 1 of every variant, ..."""
+    single_threaded_launcher()                   # before any torch op here: the roles are forked (spawn.py)
     runs = plan_scenario(cfg, overrides)
     command = "python -m harness " + " ".join(shlex.quote(o) for o in _display(overrides))
     scenario = runs[0].scenario

@@ -89,6 +89,21 @@ def private_tqdm_lock() -> None:
         pending.extend(cls.__subclasses__())
 
 
+def single_threaded_launcher() -> None:
+    """Keep this process's torch on one thread before it plans and forks roles. GNU OpenMP's thread
+    pool does not survive fork: once the launcher has run a parallel torch op on two threads (the
+    GGUF's dequantization while it is materialised, a compressor's dry encode in the planner), a
+    forked role that asks for more than one thread (onpolicy.eval_threads, or a core share > 1 on a
+    larger host) waits forever in its first parallel op (seen: hilo_real's learner stuck in its base
+    evaluation at 0% CPU, failed as a hang). On one thread torch never starts that pool, so the roles
+    start their own. The launcher does no training; its one heavy op, a GGUF's materialisation, runs
+    once per cache."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch
+    torch.set_num_threads(1)
+
+
 def fork_unsafe_reason() -> str:
     """Why this process must not fork role children ("" when it may)."""
     torch = sys.modules.get("torch")

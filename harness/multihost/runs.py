@@ -18,6 +18,9 @@ def planned_runs(overrides: list[str]) -> list[PlannedRun]:
     from harness.compose import compose_config
     from harness.scenario import plan_scenario
 
+    from harness.cluster.spawn import single_threaded_launcher
+
+    single_threaded_launcher()                   # before any torch op here: the roles are forked (spawn.py)
     runs = plan_scenario(compose_config(overrides), overrides)
     for run in runs:
         plan = run.plan

@@ -122,3 +122,38 @@ def test_a_forked_role_turns_off_the_preloaded_transformers_bars():
         (disable_progress_bars if hub_off else enable_progress_bars)()
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
     assert _base_env(2, "127.0.0.1", 29500)["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"   # a spawned role's
+
+
+
+LAUNCHER = """
+import os, sys, torch
+from harness.cluster.spawn import single_threaded_launcher
+if sys.argv[1] == "guarded":
+    single_threaded_launcher()
+a = torch.randn(800, 800)
+(a @ a).exp().sum()                        # the launcher's own work (a GGUF's dequantization)
+pid = os.fork()
+if pid == 0:                               # the role: two threads, as onpolicy.eval_threads=2 asks
+    torch.set_num_threads(2)
+    b = torch.randn(800, 800)
+    (b @ b).exp().sum()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("role", os.waitstatus_to_exitcode(status), torch.get_num_threads())
+"""
+
+
+def test_a_role_forked_by_a_single_threaded_launcher_can_use_two_threads():
+    """The launcher keeps torch on one thread (spawn.single_threaded_launcher, run_scenario's first
+    step), so a forked role may start an OpenMP pool of its own: a child asks for 2 threads after the
+    launcher computed, and finishes. (Unguarded, on 2 threads, such a child waits forever in its first
+    parallel op: hilo_real's learner, stuck in its base evaluation; not run here, it would hang.) A
+    fresh interpreter: this process's own pool has long started."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, "guarded"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["role", "0", "1"]
