@@ -94,6 +94,12 @@ def plan(results: Path, claim: str | None, prompts: tuple[int, ...]) -> list[Pow
             if row["n_seeds"] < 2 or row["test"] == "cap":
                 continue
             gap, sd = row["estimate"] - spec.threshold, row["sd"]
+            censored = row.get("censored")
+            if isinstance(censored, str) and censored:     # some seeds never reached the target: a bound, not
+                row.update(seeds_80=math.nan, if_equal_80=math.nan,   # an estimate; more seeds do not decide it
+                           toward=f"censored ({censored} seeds): a longer run decides it, not more seeds")
+                out.append(PowerLine(row))
+                continue
             row["seeds_80"] = seeds_for_power(gap, sd)
             row["toward"] = ("met" if (gap > 0) == (spec.direction == ">=") else "not met") if gap else ""
             row["if_equal_80"] = (seeds_for_power(abs(1.0 - spec.threshold), sd)

@@ -113,10 +113,10 @@ def short_horizon(text) -> str:
         return ""
     updates = re.match(r"equal updates: final evaluation after (\d+) updates", text)
     if updates:
-        state = ("not plateaued" if "NOT plateaued" in text else "plateaued" if " plateaued:" in text
-                 else "plateau not judged")
+        state = ("not plateaued" if "NOT plateaued" in text else "no rise shown" if "no significant rise" in text
+                 else "plateaued" if " plateaued:" in text else "plateau not judged")
         return f"{updates.group(1)} updates, {state}"
-    when = re.match(r"equal wall-clock: when the faster finishes(?: \(mean ([\d.]+) s\))?", text)
+    when = re.match(r"equal wall-clock: when the faster finishes(?: \(mean ([\d.]+) s[;)])?", text)
     if when:
         return f"equal time ({when.group(1)} s)" if when.group(1) else "equal time"
     if text.startswith("equal wall-clock: time to"):

@@ -121,7 +121,10 @@ def equal_updates(tables: Tables, r: pd.Series, full: pd.Series | None, names: t
     flat, s = plateau(values(tables.hilo_runs, better, ONPOLICY_KEYS, "final_slope").values())
     if s.n < 2:
         return f"{text}; plateau not judged (the slope over the last {PLATEAU_EVALS} evaluations needs >= 2 seeds)"
-    word = "plateaued" if flat else "NOT plateaued (still rising: a per-update lag at this horizon)"
+    # A slope interval that reaches 0 shows no rise; it does not show a plateau (3 noisy seeds reach 0 easily:
+    # hilo_real's full sync, still rising on 256 validation prompts from 32 to 48 updates, docs/onpolicy.md).
+    word = ("no significant rise (not a shown plateau)" if flat
+            else "NOT plateaued (still rising: a per-update lag at this horizon)")
     return (f"{text}; {name} {word}: slope over the last {PLATEAU_EVALS} evaluations {s.mean:+.3f}/100 updates, "
             f"95% CI [{s.ci_low:+.3f}, {s.ci_high:+.3f}]")
 

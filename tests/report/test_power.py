@@ -100,3 +100,19 @@ def test_two_level_bootstrap_pairs_the_sides():
     assert all(math.isnan(v) for v in two_level(a[:1], a[:1]))  # one seed: no interval
     with pytest.raises(ValueError, match="seeds x prompts"):
         two_level(a, a[:, :10])
+
+
+def test_a_censored_line_asks_for_a_longer_run_not_for_seeds(pilot, monkeypatch):
+    """Where some seeds never reached the target (time to 95%), the ratio is a bound: no seed count is given."""
+    import harness.report.claims as claims
+
+    real_judge = claims.judge
+
+    def censoring_judge(spec, line, prompts=None):
+        row = real_judge(spec, line, prompts=prompts)
+        return {**row, "censored": "2 of 3"}
+
+    monkeypatch.setattr(claims, "judge", censoring_judge)
+    lines = plan(pilot, "within 2% of full sync", (100,))
+    assert lines and all(p.row["seeds_80"] != p.row["seeds_80"] for p in lines)      # NaN: no seed count
+    assert all(p.row["toward"].startswith("censored (2 of 3 seeds)") for p in lines)

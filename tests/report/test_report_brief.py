@@ -86,9 +86,12 @@ def test_the_horizon_is_shortened_to_what_tells_verdicts_apart():
     assert short_horizon(long.format(80, "NOT plateaued (still rising: a per-update lag at this horizon)")) == \
         "80 updates, not plateaued"
     assert short_horizon(long.format(240, "plateaued")) == "240 updates, plateaued"
+    assert short_horizon(long.format(32, "no significant rise (not a shown plateau)")) == "32 updates, no rise shown"
     assert short_horizon("equal updates: final evaluation after 30 updates; plateau not judged (one evaluation)") == \
         "30 updates, plateau not judged"
     assert short_horizon("equal wall-clock: when the faster finishes (mean 15.9 s)") == "equal time (15.9 s)"
+    assert short_horizon("equal wall-clock: when the faster finishes (mean 141.5 s; read at HiLo's evaluation at "
+                         "141.5 s and full sync's at 98.1 s, means over seeds)") == "equal time (141.5 s)"
     assert short_horizon("equal wall-clock: time to 95% of full sync's final quality") == "time to 95%"
     assert short_horizon("final round (36 rounds)") == "final round (36)"
     assert short_horizon("per update (mean over the run)") == "per update"
