@@ -38,19 +38,9 @@ def _discover() -> dict[str, type[BaseCompressor]]:
     (docs/interfaces.md). Defining the class registers its wire id (a taken id or name fails
     the import with one line naming both classes).
     """
-    import importlib
-    import pkgutil
+    from harness.discovery import named_subclasses
 
-    for info in pkgutil.iter_modules(__path__):       # the package holds compressors and their parts only
-        importlib.import_module(f"{__name__}.{info.name}")
-    found: dict[str, type[BaseCompressor]] = {}
-    todo = list(BaseCompressor.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        todo += cls.__subclasses__()
-        if isinstance(cls.__dict__.get("name"), str) and cls.__module__.startswith(__name__ + "."):
-            found[cls.name] = cls
-    return found
+    return named_subclasses(__name__, __path__, BaseCompressor)   # the package holds compressors and their parts only
 
 
 REGISTRY: dict[str, type[BaseCompressor]] = _discover()

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, ...]] = [
     ("netem",),                                                        # the emulator: imports no harness
     ("harness.errors", "harness.paths", "harness.wire", "harness.wire.sealed", "harness.conf", "harness.progress",
-     "harness.seeds", "harness.tuned_lr", "harness.sweeplabel"),       # leaves (harness.wire's __init__ imports nothing)
+     "harness.seeds", "harness.tuned_lr", "harness.sweeplabel", "harness.discovery"),  # leaves (harness.wire's __init__ imports nothing)
     ("harness.backends", "harness.wire.links", "harness.record", "harness.digest", "harness.optim",
      "harness.fanout", "harness.placement", "harness.compress", "harness.tasks"),           # building blocks
     ("harness.wire.transport", "harness.cluster"),                     # processes (cluster/: launch, spawn,

@@ -31,21 +31,9 @@ ORDER = ("spra", "ffa", "fedit", "hetlora", "flora", "flexlora")
 
 def _discover() -> dict[str, type[Method]]:
     """Every named Method subclass in this package's modules (ORDER first, then by name)."""
-    import importlib
-    import pkgutil
+    from harness.discovery import named_subclasses
 
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
-    found: dict[str, type[Method]] = {}
-    todo = list(Method.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        todo += cls.__subclasses__()
-        if cls.__dict__.get("name") and cls.__module__.startswith(__name__ + "."):
-            if cls.name in found and found[cls.name] is not cls:
-                raise TypeError(f"{cls.__module__}.{cls.__qualname__}.name: {cls.name!r} is taken by "
-                                f"{found[cls.name].__module__}.{found[cls.name].__qualname__}")
-            found[cls.name] = cls
+    found = named_subclasses(__name__, __path__, Method)
     rank = {n: i for i, n in enumerate(ORDER)}
     return dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(ORDER)), kv[0])))
 
