@@ -7,7 +7,9 @@ go to ``<run_dir>/logs/<role>.log``; it reports progress on a pipe (see harness.
 
 ``watch`` returns ("ok", "") when every child exited 0, ("failed", reason) when one exited
 non-zero (the reason names the role, its exit status and the last lines of its log) or
-when nothing progressed for the hang timeout. An *expendable* child (never rank 0, the hub)
+when nothing progressed for the hang timeout. The role named is the likeliest cause: a killed
+one before one that raised its own error, before one that only lost a peer; a role that failed
+only because a peer went away waits up to VICTIM_GRACE_S for that peer to exit too. An *expendable* child (never rank 0, the hub)
 may die without failing the run: it is logged, its ``dropped`` note is set, and the others
 are watched on (a federated client dropped under ``federated.drop_policy=continue``).
 """
@@ -29,6 +31,8 @@ from harness.cluster.role import HEARTBEAT_ENV, set_parent_death_signal
 from harness.cluster.spawn import ForkedProcess, fork_role
 
 STOP_GRACE_S = 3.0
+# A role that failed only because a peer went away waits this long for the cause to exit too.
+VICTIM_GRACE_S = 10.0
 tqdm.monitor_interval = 0      # no monitor thread: the launcher forks role processes (harness.cluster.spawn)
 TAIL_LINES = 12
 # Lines by which a role says a peer went away: such a role is a victim, not the cause.
@@ -120,6 +124,7 @@ def watch(procs: list[RoleProcess], hang_timeout_s: float, startup_timeout_s: fl
     for proc in procs:
         selector.register(proc.beat_fd, selectors.EVENT_READ, proc)
     last_progress = time.monotonic()
+    first_victim = 0.0                  # when a role first failed only because a peer went away
     bar = tqdm(total=len(procs), desc=f"{label}: starting roles", unit="role", disable=not frames(progress),
                leave=False, mininterval=1.0,    # roles joined, elapsed, each role's latest step
                bar_format="{desc}: {n_fmt}/{total_fmt} roles ready [{elapsed}]{postfix}")
@@ -138,7 +143,17 @@ def watch(procs: list[RoleProcess], hang_timeout_s: float, startup_timeout_s: fl
                 _drop(proc)
             failed = [p for p in failed if not p.dropped]
             if failed:
-                culprit = min(failed, key=_blame_rank)
+                blamed = {p.name: _blame_rank(p) for p in failed}
+                victims_only = all(rank[0] == 2 for rank in blamed.values())
+                running = any(p.popen.returncode is None for p in procs if not p.dropped)
+                if victims_only and running:
+                    # The peer that went away may still be shutting down (its traceback printed,
+                    # its sockets closed, the interpreter not yet gone): give it a moment to exit,
+                    # so the run names the cause rather than the role that lost it.
+                    first_victim = first_victim or time.monotonic()
+                    if time.monotonic() - first_victim < VICTIM_GRACE_S:
+                        continue
+                culprit = min(failed, key=lambda p: blamed[p.name])
                 return "failed", (f"role {culprit.name} (rank {culprit.rank}) {culprit.describe_exit()}; "
                                   f"last lines of {culprit.log_path}:\n{culprit.tail()}")
             live = [p for p in procs if not p.dropped]

@@ -66,6 +66,38 @@ def test_the_killed_child_is_blamed_not_its_victims(tmp_path):
     assert (status, reason.split(";")[0]) == ("failed", "role killed (rank 1) was killed by SIGKILL")
 
 
+def test_a_role_that_lost_its_peer_waits_for_the_cause_to_exit(tmp_path):
+    """The victim exits first (its peer's socket closed before the peer's interpreter was gone);
+    the run still names the role whose own error ended it, not the one that lost it."""
+    lost = tmp_path / "lost"
+    victim = child(tmp_path, "hub", 0, f"""
+        beat('ready\\n'); open({str(lost)!r}, 'w').close()
+        print('TransportError: Read error: Connection reset by peer'); raise SystemExit(1)""")
+    cause = child(tmp_path, "w0", 1, f"""
+        beat('ready\\n'); import os, time
+        while not os.path.exists({str(lost)!r}): time.sleep(0.02)
+        time.sleep(0.5); print('PayloadError: checksum mismatch'); raise SystemExit(1)""")
+    try:
+        status, reason = watch([victim, cause], hang_timeout_s=60, startup_timeout_s=60, progress=False)
+    finally:
+        stop_all([victim, cause])
+    assert (status, reason.split(";")[0]) == ("failed", "role w0 (rank 1) exited with code 1")
+    assert "PayloadError" in reason
+
+
+def test_a_victim_is_named_when_no_cause_exits(tmp_path, monkeypatch):
+    """The wait for a cause is bounded: with the peer alive and silent, the victim is named."""
+    monkeypatch.setattr("harness.cluster.supervise.VICTIM_GRACE_S", 0.5)
+    victim = child(tmp_path, "hub", 0, "beat('ready\\n'); print('Connection reset by peer'); raise SystemExit(1)")
+    alive = child(tmp_path, "w0", 1, "beat('ready\\n'); import time; time.sleep(60)")
+    try:
+        status, reason = watch([victim, alive], hang_timeout_s=60, startup_timeout_s=60, progress=False)
+    finally:
+        stop_all([victim, alive])
+    assert (status, reason.split(";")[0]) == ("failed", "role hub (rank 0) exited with code 1")
+    assert all(gone(p.popen.pid) for p in (victim, alive))
+
+
 def _wait_for_file(path, timeout_s: float = 60.0) -> None:
     """A bound on waiting for a child to get somewhere (a loaded machine starts Python slowly), not a timing check."""
     deadline = time.monotonic() + timeout_s
