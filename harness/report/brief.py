@@ -94,7 +94,7 @@ def compact_where(where: str, model: str = "", keep_model: bool = False) -> str:
     if model:
         where = where.replace(f" {model}", "", 1)
     parts = [scenario] + ([model] if model and keep_model else [])
-    rate = re.search(r"([\d.]+ Mbit/s|trace[^,]*)", where)
+    rate = re.search(r"((?:[\d.]+(?:, | and ))*[\d.]+ Mbit/s|trace[^,]*)", where)
     parts += [rate.group(1)] if rate else []
     opt = re.search(r"optimizer (\w+)", where)
     parts += [opt.group(1)] if opt else []

@@ -152,8 +152,8 @@ def one_screen(report: dict[str, Any]) -> str:
     claims = report["tables"]["claims"]
     for _, c in claims.iterrows():
         lines.append(f"  {c['method']}: {c['claim']}: {claim_text(c)} -> {c['verdict']}  ({c['where']})")
-    if claims.attrs.get("unjudged"):
-        lines.append(f"  {claims.attrs['unjudged']} claim lines not judged: fewer than 2 seeds (no interval)")
+    for x in claims.attrs.get("unjudged_lines", []):
+        lines.append(f"  not judged: {x['method']}: {x['claim']} ({x['where']}): {x['why']}")
     lines.append(f"  tables: {', '.join(p.name for p in report['csv'])}; "
                  f"plots: {len(report['plots']) // 2} figures (PNG+PDF)")
     for name, why in report["skipped"]:

@@ -65,19 +65,27 @@ class Where(NamedTuple):
         return Where(self.text + more, self.model)
 
 
-def _where(label: str, r: pd.Series, vs: str | None = None, tail: str | None = None) -> Where:
+def _where(label: str, r: pd.Series, vs: str | None = None, tail: str | None = None,
+           rates: list[float] | None = None) -> Where:
     """The one place a claim's ``where`` is built: ``label`` (``scenario [backend]``), the model of the
     configuration ``r`` (its runs' ``model``: keys pick the runs, so the two agree), then for an
     on-policy line the rate, training rank and what it is compared with (``vs``; default: ``r``'s full
     sync and its dtype), for a federated one ``tail`` (its ranks and client optimizer). E.g.
-    ``hilo_real [tc] SmolLM2-135M-Instruct (real) 10 Mbit/s, r=16, vs full_sync_10mbit bf16``."""
+    ``hilo_real [tc] SmolLM2-135M-Instruct (real) 10 Mbit/s, r=16, vs full_sync_10mbit bf16``. ``rates``: a
+    line pooling the runs of several rates names them all, against the full sync of each rate."""
     model = _model(r.get("model"))
     head = f"{label} {model}" if model else label
     if tail is not None:
         return Where(f"{head} {tail}", model)
     dtype = str(r.get("baseline_dtype") or "")
-    vs = vs or f"{r['baseline_variant']}{' ' + dtype if dtype else ''}"
-    return Where(f"{head} {r['rate_mbit']:g} Mbit/s, r={int(r['rank'])}, vs {vs}", model)
+    if rates and len(rates) > 1:
+        names = [f"{x:g}" for x in sorted(rates)]
+        link = f"{', '.join(names[:-1])} and {names[-1]} Mbit/s"
+        vs = vs or f"each rate's full sync{' ' + dtype if dtype else ''}"
+    else:
+        link = f"{r['rate_mbit']:g} Mbit/s"
+        vs = vs or f"{r['baseline_variant']}{' ' + dtype if dtype else ''}"
+    return Where(f"{head} {link}, r={int(r['rank'])}, vs {vs}", model)
 
 
 class Line(NamedTuple):

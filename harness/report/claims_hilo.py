@@ -88,7 +88,7 @@ def hilo_bytes(tables: Tables) -> Found:
             budget = r["budget_frac"]
             note = (f"configured budget {budget:.2%}; mean over updates {r['bytes_frac']:.3%}" if budget == budget
                     else f"mean over updates {r['bytes_frac']:.3%} (no budget configured)")
-            yield Line(_where(label, r), {} if fair else per_seed, fair or note)
+            yield Line(_where(label, r, rates=list(runs["rate_mbit"].unique())), {} if fair else per_seed, fair or note)
 
 
 def hilo_speedup(tables: Tables) -> Found:
@@ -190,7 +190,18 @@ def hilo_equal_time(tables: Tables) -> Found:
                             f"{np.mean(list(mine.values())) if mine else math.nan:.1f} s and full sync's at "
                             f"{np.mean(list(full.values())) if full else math.nan:.1f} s, means over seeds)")
             fair = _fair(r)
-            yield Line(_where(label, r), {} if fair else per_seed, fair, horizon)
+            yield Line(_where(label, r), {} if fair else per_seed, fair or _unread(at, mine, full), horizon)
+
+
+def _unread(at: dict, mine: dict, full: dict) -> str:
+    """Why seeds have no equal-time reading: a side with no evaluation at or before the equal time ("" if none)."""
+    missing = [s for s in at if s not in mine or s not in full]
+    if not missing:
+        return ""
+    sides = " and ".join(name for name, read in (("HiLo", mine), ("full sync", full)) if any(s not in read for s in missing))
+    return (f"not measured on {len(missing)} of {len(at)} seeds: {sides} had no evaluation at or before the equal time "
+            f"(mean {np.mean(list(at.values())):.1f} s) and a value between evaluations is never drawn; evaluate "
+            "more often (onpolicy.eval_every) or the base model (onpolicy.eval_base=true) to read it")
 
 
 def hilo_time_to_95(tables: Tables) -> Found:

@@ -93,7 +93,7 @@ def headline(claims: pd.DataFrame, text: Callable[[pd.Series], str]) -> list[str
     if single:                           # an older table judged such lines (as inconclusive)
         line += f", {single} of them on fewer than two seeds (no interval: run >= 3 seeds)"
     if unjudged:
-        line += f"; {unjudged} more lines had fewer than 2 seeds and were not judged (run >= 3 seeds)"
+        line += f"; {unjudged} more lines were not judged (fewer than 2 seeds with a measured value: listed under the claims)"
     needed = _seeds_needed(open_)
     near = open_.assign(_needed=needed)[needed.notna() & (needed != math.inf)].sort_values("_needed", kind="stable")
     out.append(line + ("; nearest to a verdict:" if len(near) else "."))

@@ -389,15 +389,17 @@ def spar_rank_matrix(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_spar_ranks(rows: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
-    """Heatmap of Spar's allocated rank per matrix over steps (grey: not sent); one run per scenario/backend."""
+    """Heatmap of Spar's allocated rank per matrix over steps (grey: not sent); one run per scenario/backend:
+    a HiLo run, the one with the most updates (not a short timing run), then the slowest link."""
     alloc = spar_allocations(rows) if len(rows) else pd.Series(dtype=object)
     if alloc.notna().sum() == 0:
         log.skip("spar_ranks", "no run recorded Spar's ranks (spar_ranks or compressor_info)")
         return
     with_ranks = rows.loc[alloc.dropna().index]
     for (scenario, backend), group in with_ranks.groupby(["scenario", "backend"], sort=True):
-        first = group.assign(_hilo=group["method"] != "hilo").sort_values(   # HiLo first, slowest link
-            ["_hilo", "rate_mbit", "seed", "run_id"]).iloc[0]
+        updates = group.groupby("run_id")["step"].transform("nunique")
+        first = group.assign(_hilo=group["method"] != "hilo", _short=-updates).sort_values(   # HiLo, longest run,
+            ["_hilo", "_short", "rate_mbit", "seed", "run_id"]).iloc[0]                       # slowest link first
         ranks = spar_rank_matrix(rows[rows["run_id"] == first["run_id"]])
         kmax = max(1, int(ranks.to_numpy().max()))
         ramp = matplotlib.colormaps["YlGnBu"]   # light = low rank, dark = high rank; grey = not sent

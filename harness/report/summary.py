@@ -212,8 +212,9 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
             "two-level bootstrap over seeds and prompts: `tables/claims.csv`.", "",
             f"Verdicts: {', '.join(f'{k} {v}' for k, v in counts.items())}; after Holm: "
             f"{', '.join(f'{k} {v}' for k, v in held.items())}."
-            + (f" {frame.attrs['unjudged']} lines with fewer than 2 seeds are not judged."
+            + (f" {frame.attrs['unjudged']} lines with fewer than 2 seeds are not judged (below)."
                if frame.attrs.get("unjudged") else ""), ""]
+    unjudged = frame.attrs.get("unjudged_lines", [])
     frame = frame.assign(text=frame.apply(claim_text, axis=1), power=frame.apply(power_text, axis=1),
                          backed=[claim_value(st, v, supported_decimals(st, e, lo, hi)) if not _nan(v) else DASH
                                  for st, v, e, lo, hi in zip(frame["statistic"], frame["supported"], frame["estimate"],
@@ -231,6 +232,10 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
                                    ("test", "test", str), ("estimate [95% CI] (n)", "text", str),
                                    ("verdict", "verdict", str), ("Holm", "holm", str), ("supported", "backed", str),
                                    ("seeds for 80%", "power", str), ("note", "note", str)]), ""]
+    if unjudged:
+        out += ["**Not judged** (no line in the tables above: fewer than 2 seeds with a measured value):", ""]
+        out += [f"- {x['method']}: {x['claim']} — {x['where']} (n={x['n_seeds']}): {x['why']}" for x in unjudged]
+        out.append("")
     return out
 
 

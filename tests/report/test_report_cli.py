@@ -19,9 +19,11 @@ def _run(args: list[str], env: dict | None = None) -> subprocess.CompletedProces
 def test_cli_builds_the_report_and_prints_a_summary(small_results):
     out = _run(["-m", "harness.report", "--results", str(small_results), "--no-progress"])
     assert out.returncode == 0, out.stderr
-    # one seed per configuration: no interval, so no claim line at all; the screen says how many were left out
+    # one seed per configuration: no interval, so no claim is judged; the screen lists each line left out and why
     assert "6/6 runs ok" in out.stdout
-    assert "update speedup" not in out.stdout and "claim lines not judged: fewer than 2 seeds" in out.stdout
+    speedup = [line for line in out.stdout.splitlines() if "update speedup" in line]
+    assert speedup and all(line.strip().startswith("not judged: HiLo: update speedup") for line in speedup), speedup
+    assert all(line.endswith("fewer than 2 seeds: no interval (run >= 3 seeds)") for line in speedup), speedup
     assert (small_results / "summary.md").exists() and (small_results / "tables" / "hilo.csv").exists()
 
 

@@ -127,3 +127,26 @@ def test_a_late_first_evaluation_is_measured_from_the_base_policy_at_time_zero()
     full = runs.loc["full_sync-s0"]
     assert full.base_quality == pytest.approx(0.3)
     assert full.time_to_95_s == pytest.approx(12.0)                       # its only evaluation at or above 0.76
+
+
+def test_an_equal_time_with_nothing_measured_is_listed_as_not_judged_with_the_reason() -> None:
+    """Full sync evaluates only after update 6 (at 12 s) and not the base: by HiLo's end (6 s) nothing
+    of it was measured on either seed, so no ratio is drawn; the line is not a claim (n = 0) and the
+    report says why, not "fewer than 2 seeds" alone."""
+    from harness.report.claims import claims_frame
+    from harness.report.metrics import onpolicy_table
+    from harness.report.tables import Tables, hilo_table
+
+    rows = _rows()
+    rows.loc[(rows.variant == "full_sync") & rows.step.isin([1, 3]), "accuracy"] = float("nan")
+    per_run = onpolicy_runs(rows)
+    assert per_run[per_run.variant == "hilo_spar"].quality_retained_equal_time.isna().all()
+    tables = Tables(hilo=hilo_table(onpolicy_table(runs=per_run)), spra=pd.DataFrame(), sweep=pd.DataFrame(),
+                    backends=pd.DataFrame(), hilo_runs=per_run, spra_runs=pd.DataFrame())
+    claims = claims_frame(tables)
+    equal = "quality within 2% of full sync at equal wall-clock time"
+    assert equal not in set(claims["claim"])
+    (line,) = [x for x in claims.attrs["unjudged_lines"] if x["claim"] == equal]
+    assert line["n_seeds"] == 0
+    assert line["why"].startswith("not measured on 2 of 2 seeds: full sync had no evaluation at or before the "
+                                  "equal time (mean 6.0 s)")
