@@ -52,7 +52,7 @@ TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's 
 # LLM shapes, the sparsity measurement, the SNR study, their report in results/). Optional steps (OPTIONAL
 # below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT and FFA-LoRA on SmolLM2,
 # 3 seeds), hilo_real_timing (full sync and HiLo+Spar at 5 Mbit/s, the patch at 10 and 5 Mbit/s, 2 updates
-# each, on an idle machine), hilo_real_seeds (seeds 3 and 4), the tiny model's frontier, overlap, link traces, horizon, Spar's
+# each, on an idle machine), hilo_real_seeds (seeds 3 and 4), hilo_real_lowrank (low-rank r=1, 3 seeds), the tiny model's frontier, overlap, link traces, horizon, Spar's
 # allocation and SPRA's ablations and population. --full runs every variant of every scenario at seeds 0-4:
 # hours. --quick: the pipeline end to end (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference
 # reuses, and their report; 9.4 min on 2026-12-05 with the design before issue 45, longer now).
@@ -139,6 +139,9 @@ REAL_POWERED = (
     Step("hilo_real_seeds", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, POWERED_SEEDS,
                              f"only=[{HILO_REAL_MAIN}]"),
          "hilo_real's quality variants at 5 seeds (seeds 0-2 resume from the hilo_real step)"),
+    Step("hilo_real_lowrank", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS,
+                               "only=[lowrank_r1_10mbit]"),
+         "hilo_real's low-rank r=1 baseline (6.25% of full sync's bytes) at its tuned rate, 3 seeds (~13 min)"),
 )
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = REAL_POWERED + (
