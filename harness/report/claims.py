@@ -58,8 +58,8 @@ sd. A time-to-target whose seeds never reached the target is censored at the run
 (``censored``: "k of n"), never dropped. Where per-prompt records pair the two sides, ``boot_low``
 and ``boot_high`` give the two-level (seeds x prompts) bootstrap interval beside the seed-level
 t-interval that the verdict uses (``interval`` names it). Lines with fewer than 2 seeds are not
-claims (no interval): claims.csv leaves them out; ``claims_frame(...).attrs["unjudged"]`` counts them
-and ``attrs["unjudged_lines"]`` lists each with why (the finder's note, e.g. no measured point at the
+claims (no interval): claims.csv leaves them out; ``claims_frame(...).attrs["unjudged_lines"]`` lists
+each with why (the finder's note, e.g. no measured point at the
 equal time, else too few seeds), which the summary and the report's output print.
 """
 from __future__ import annotations
@@ -259,7 +259,7 @@ TOO_FEW = "fewer than 2 seeds: no interval (run >= 3 seeds)"
 
 def claims_frame(tables: Tables, specs: list[ClaimSpec] | None = None) -> pd.DataFrame:
     """Every claim the results allow judging (>= 2 seeds), HiLo first (claims.csv), with the
-    Holm-adjusted verdicts over the whole table; ``attrs["unjudged"]``: lines left out (n < 2)."""
+    Holm-adjusted verdicts over the whole table; ``attrs["unjudged_lines"]``: lines left out (n < 2), with why."""
     prompts = getattr(tables, "prompts", None)
     lines = [judge(spec, *found, prompts=prompts) for spec in (specs or SPECS) for found in spec.find(tables)]
     kept = [x for x in lines if x["n_seeds"] >= 2]
@@ -268,7 +268,6 @@ def claims_frame(tables: Tables, specs: list[ClaimSpec] | None = None) -> pd.Dat
         x["p_holm"] = p
         x["verdict_holm"] = x["verdict"] if x["test"] == "cap" else holm_verdict(p, p_met, p_not)
     frame = pd.DataFrame(kept, columns=COLUMNS)
-    frame.attrs["unjudged"] = len(lines) - len(kept)
     frame.attrs["unjudged_lines"] = [{"method": x["method"], "claim": x["claim"], "where": x["where"],
                                       "n_seeds": x["n_seeds"], "why": x["note"] or TOO_FEW}
                                      for x in lines if x["n_seeds"] < 2]

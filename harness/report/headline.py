@@ -9,7 +9,7 @@ the interval supports (harness.report.summary.claim_text).
 
 Reads the claims frame's columns as claims.csv has them: method, claim, where, model, estimate,
 ci_low, ci_high, n_seeds (or n), verdict, verdict_holm, statistic, seeds_80 and resolves (older
-tables: seeds_to_resolve), and the frame's ``attrs["unjudged"]`` (lines with fewer than 2 seeds).
+tables: seeds_to_resolve), and the frame's ``attrs["unjudged_lines"]`` (lines with fewer than 2 seeds).
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def headline(claims: pd.DataFrame, text: Callable[[pd.Series], str]) -> list[str
     out += [f"- **Held** ({len(held)}){':' if len(held) else '.'}", *_listed(held, text)]
     out += [f"- **Did not hold** ({len(failed)}){':' if len(failed) else '.'}", *_listed(failed, text)]
     line = f"- **Undecided** ({len(open_)})"
-    unjudged = int(claims.attrs.get("unjudged") or 0)
+    unjudged = len(claims.attrs.get("unjudged_lines", []))
     single = int(sum(seeds_of(c) < 2 for _, c in open_.iterrows()))
     if single:                           # an older table judged such lines (as inconclusive)
         line += f", {single} of them on fewer than two seeds (no interval: run >= 3 seeds)"

@@ -194,6 +194,7 @@ def is_grid(t: pd.DataFrame) -> bool:
 def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[str]:
     out = ["## Claims, as measured here", ""]
     frame = claims_frame(tables) if frame is None else frame
+    unjudged = frame.attrs.get("unjudged_lines", [])
     if frame.empty:
         return out + ["No run in these results measures a headline claim (HiLo + Spar with a full-sync "
                       "baseline, or SPRA with FedIT).", ""]
@@ -212,9 +213,7 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
             "two-level bootstrap over seeds and prompts: `tables/claims.csv`.", "",
             f"Verdicts: {', '.join(f'{k} {v}' for k, v in counts.items())}; after Holm: "
             f"{', '.join(f'{k} {v}' for k, v in held.items())}."
-            + (f" {frame.attrs['unjudged']} lines with fewer than 2 seeds are not judged (below)."
-               if frame.attrs.get("unjudged") else ""), ""]
-    unjudged = frame.attrs.get("unjudged_lines", [])
+            + (f" {len(unjudged)} lines with fewer than 2 seeds are not judged (below)." if unjudged else ""), ""]
     frame = frame.assign(text=frame.apply(claim_text, axis=1), power=frame.apply(power_text, axis=1),
                          backed=[claim_value(st, v, supported_decimals(st, e, lo, hi)) if not _nan(v) else DASH
                                  for st, v, e, lo, hi in zip(frame["statistic"], frame["supported"], frame["estimate"],
