@@ -197,7 +197,7 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
     unjudged = frame.attrs.get("unjudged_lines", [])
     if frame.empty:
         return out + ["No run in these results measures a headline claim (HiLo + Spar with a full-sync "
-                      "baseline, or SPRA with FedIT).", ""]
+                      "baseline, or SPRA with FedIT).", ""] + _unjudged_list(unjudged)
     counts = frame["verdict"].value_counts()
     held = frame["verdict_holm"].value_counts() if "verdict_holm" in frame else counts
     out += ["Each estimate is the mean of per-seed values (ratios and differences formed on the two runs of the "
@@ -231,11 +231,16 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
                                    ("test", "test", str), ("estimate [95% CI] (n)", "text", str),
                                    ("verdict", "verdict", str), ("Holm", "holm", str), ("supported", "backed", str),
                                    ("seeds for 80%", "power", str), ("note", "note", str)]), ""]
-    if unjudged:
-        out += ["**Not judged** (no line in the tables above: fewer than 2 seeds with a measured value):", ""]
-        out += [f"- {x['method']}: {x['claim']} — {x['where']} (n={x['n_seeds']}): {x['why']}" for x in unjudged]
-        out.append("")
-    return out
+    return out + _unjudged_list(unjudged)
+
+
+def _unjudged_list(unjudged: list[dict]) -> list[str]:
+    """The claim lines left out of the tables (fewer than 2 seeds with a measured value), each with why."""
+    if not unjudged:
+        return []
+    return (["**Not judged** (no line in the tables above: fewer than 2 seeds with a measured value):", ""]
+            + [f"- {x['method']}: {x['claim']} — {x['where']} (n={x['n_seeds']}): {x['why']}" for x in unjudged]
+            + [""])
 
 
 def cost_section(tables: Tables) -> list[str]:

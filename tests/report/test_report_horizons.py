@@ -150,3 +150,19 @@ def test_an_equal_time_with_nothing_measured_is_listed_as_not_judged_with_the_re
     assert line["n_seeds"] == 0
     assert line["why"].startswith("not measured on 2 of 2 seeds: full sync had no evaluation at or before the "
                                   "equal time (mean 6.0 s)")
+
+
+def test_a_report_with_no_judged_claim_still_lists_the_lines_not_judged() -> None:
+    """When every claim line is left out (none has 2 seeds with a measured value), the claims section
+    says no claim is measured and still lists each left-out line with its reason."""
+    from harness.report.summary import claims_section
+
+    frame = pd.DataFrame()
+    frame.attrs["unjudged_lines"] = [{"method": "HiLo", "claim": "update speedup >= 2.2x vs full sync",
+                                      "where": "distill_real 10 Mbit/s", "n_seeds": 1,
+                                      "why": "one seed of full sync so far"}]
+    text = "\n".join(claims_section(None, frame))
+    assert "No run in these results measures a headline claim" in text
+    assert "**Not judged**" in text
+    assert "- HiLo: update speedup >= 2.2x vs full sync — distill_real 10 Mbit/s (n=1): one seed of full sync so far" \
+        in text
