@@ -16,7 +16,8 @@ from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, collect
 from harness.report.metrics import federated_curves, onpolicy_curves
 from harness.report.phases import plot_phases
-from harness.report.summary import claim_text, short_reason, write_summary
+from harness.report.summary import write_summary
+from harness.report.textfmt import claim_text, short_reason
 from harness.report.tables import Tables, build_tables, write_tables
 from harness.report.twins import borrow_quality
 

@@ -5,7 +5,7 @@ and what is undecided (``inconclusive``, and how many lines had too few seeds to
 with the undecided nearest to a verdict by the seeds the claims table says 80% power needs. A
 line whose Holm-adjusted verdict differs says so. Lines of one claim are named together with their
 settings (``hilo_distill 10 Mbit/s``), each with its estimate, interval and n, rounded to the digits
-the interval supports (harness.report.summary.claim_text).
+the interval supports (harness.report.textfmt.claim_text).
 
 Reads the claims frame's columns as claims.csv has them: method, claim, where, model, estimate,
 ci_low, ci_high, n_seeds (or n), verdict, verdict_holm, statistic, seeds_80 and resolves (older

@@ -6,155 +6,23 @@ seeds read ``3.03× ± 0.12 (n=5)``: mean ± half-width of the 95% t-interval, n
 """
 from __future__ import annotations
 
-import math
-import re
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 import pandas as pd
 
 from harness.report.sparsity_plot import sparsity_section
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, model_label
-from harness.report.headline import headline, seeds_of, setting
+from harness.report.headline import headline, setting
 from harness.report.metrics import TARGET_FRACTION
 from harness.report.plots import PlotLog, short_module_name
 from harness.report.stats import Summary, cell
 from harness.report.style import label
+from harness.report.textfmt import (DASH, claim_note, claim_text, claim_value, fmt_bytes, fmt_num, fmt_pct, fmt_q,
+                                    fmt_rate, fmt_s, fmt_x, is_nan, markdown_table, power_text, short_reason, stat,
+                                    supported_decimals)
 from harness.report.tables import Tables, snr_slopes
-
-DASH = "–"
-
-
-def _nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def fmt_bytes(v) -> str:
-    if _nan(v):
-        return DASH
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(v) >= size:
-            return f"{v / size:.3g} {unit}"
-    return f"{v:.0f} B"
-
-
-def fmt_pct(v, digits: int = 1) -> str:
-    return DASH if _nan(v) else f"{100 * v:.{digits}f}%"
-
-
-def fmt_x(v) -> str:
-    return DASH if _nan(v) else f"{v:.2f}×"
-
-
-def fmt_num(v, digits: int = 3) -> str:
-    return DASH if _nan(v) else f"{v:.{digits}g}"
-
-
-def fmt_q(v) -> str:
-    return DASH if _nan(v) else f"{v:.3f}"
-
-
-def fmt_s(v) -> str:
-    if _nan(v):
-        return DASH
-    return f"{v:.3f}" if abs(v) < 1 else f"{v:.2f}" if abs(v) < 100 else f"{v:.0f}"
-
-
-def fmt_rate(v) -> str:
-    return "unshaped" if _nan(v) else f"{v:g}"
-
-
-def summary_of(r: pd.Series, column: str, scale: float = 1.0) -> Summary:
-    """The aggregated statistic ``column`` of one table line (mean, sd, n, interval), scaled."""
-    get = lambda k: float(r[k]) if k in r and not _nan(r[k]) else math.nan  # noqa: E731
-    n = int(get(column + "_n")) if not _nan(get(column + "_n")) else (1 if not _nan(get(column)) else 0)
-    return Summary(get(column) * scale, get(column + "_sd") * scale, n, get(column + "_ci_low") * scale,
-                   get(column + "_ci_high") * scale)
-
-
-def stat(column: str, fmt: str = "{:.3f}", unit: str = "", scale: float = 1.0) -> Callable:
-    """A markdown_table formatter that reads a whole line (use with column ``"*"``): ``mean ± hw (n=k)``."""
-    def text(r: pd.Series) -> str:
-        return cell(summary_of(r, column, scale), fmt, unit)
-    text.whole_row = True   # type: ignore[attr-defined]
-    return text
-
-
-FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit/s", 1.0),
-           "bytes_frac": ("{:.4f}", "%", 100.0), "bytes_frac_max": ("{:.3f}", "%", 100.0)}   # bytes sit near a budget
-
-
-def _format(statistic: str) -> tuple[str, str, float]:
-    return FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
-
-
-def claim_value(statistic: str, v: float, decimals: int | None = None) -> str:
-    """One number of a claim in its unit ('2.50×', '1.57%', '4.2 pt'); ``decimals`` overrides the default."""
-    fmt, unit, scale = _format(statistic)
-    if decimals is not None and fmt.endswith("f}"):
-        fmt = f"{{:.{decimals}f}}"
-    return DASH if _nan(v) else fmt.format(v * scale) + unit
-
-
-def supported_decimals(statistic: str, estimate: float, low: float, high: float) -> int | None:
-    """Decimals the interval supports: its half-width to two significant digits, never more than the
-    statistic's default (None: keep the default; no interval, a zero-width one, or a %g format).
-    1.5663% [1.4299%, 1.7027%] -> 2 decimals: 1.57% [1.43%, 1.70%]."""
-    fmt, _, scale = _format(statistic)
-    if not fmt.endswith("f}") or any(_nan(v) for v in (estimate, low, high)):
-        return None
-    half = max(abs(estimate - low), abs(high - estimate)) * scale
-    if not half > 0 or not math.isfinite(half):
-        return None
-    default = int(re.search(r"\.(\d+)f", fmt).group(1))
-    return max(0, min(default, 1 - math.floor(math.log10(half))))
-
-
-def claim_text(c: pd.Series) -> str:
-    """``'2.50× [2.31×, 2.69×] (n=5)'``: estimate, 95% interval, seeds, rounded to what the interval
-    supports (supported_decimals); a cap: ``'max 1.598% (n=5)'``; a censored estimate:
-    ``'>= 0.61 [...] (n=5, 2 censored)'``."""
-    if str(c.get("test", "")) == "cap":
-        return f"max {claim_value(c['statistic'], c['estimate'])} (n={seeds_of(c)})"
-    decimals = supported_decimals(c["statistic"], c["estimate"], c["ci_low"], c["ci_high"])
-    value = lambda v: claim_value(c["statistic"], v, decimals)  # noqa: E731
-    interval = "" if _nan(c["ci_low"]) else f" [{value(c['ci_low'])}, {value(c['ci_high'])}]"
-    censored = str(c.get("censored", "") or "")
-    head = ">= " if censored and not _nan(c.get("estimate")) else ""
-    tail = f", {censored.split(' of ')[0]} censored" if censored else ""
-    return f"{head}{value(c['estimate'])}{interval} (n={seeds_of(c)}{tail})"
-
-
-def power_text(c: pd.Series) -> str:
-    """Seeds for 80% power to resolve an inconclusive claim, and which way (``'31 (met)'``), else a dash."""
-    v = c.get("seeds_80")
-    if _nan(v):
-        return DASH
-    return ("> 100000" if v == math.inf else f"{int(v)}") + (f" ({c['resolves']})" if c.get("resolves") else "")
-
-
-_NO_INTERVAL = re.compile(r"(;\s*)?n=[01]: no interval, run >= 3 seeds")
-
-
-def _note(text: str) -> str:
-    """A claim's note without the no-interval remark (lines with fewer than 2 seeds are not judged)."""
-    return _NO_INTERVAL.sub("", str(text)).strip("; ").strip()
-
-
-def short_reason(reason: str) -> str:
-    """A failure reason on one line: its first line, and its last when it spans several (a traceback)."""
-    lines = [x.strip() for x in str(reason).splitlines() if x.strip()]
-    return " … ".join([lines[0], lines[-1]]) if len(lines) > 2 else " ".join(lines)
-
-
-def markdown_table(frame: pd.DataFrame, columns: list[tuple[str, str, Callable]]) -> str:
-    """Render ``frame`` with (header, column, formatter) triples; numbers right-aligned."""
-    head = "| " + " | ".join(h for h, _, _ in columns) + " |"
-    rule = "|" + "|".join("---:" if f is not str else "---" for _, _, f in columns) + "|"
-    body = ["| " + " | ".join(f(r) if getattr(f, "whole_row", False) else f(r[c]) if f is not str else str(r[c])
-                              for _, c, f in columns) + " |" for _, r in frame.iterrows()]
-    return "\n".join([head, rule, *body])
 
 
 def _section_head(coll: Collection, scenario: str, backend: str) -> list[str]:
@@ -169,7 +37,7 @@ def _groups(frame: pd.DataFrame, by: Iterable[str] = ("scenario", "backend")):
 
 def _method_name(r: pd.Series) -> str:
     k = r.get("staleness")
-    return label(r["method"], r.get("compressor")) + (f" (staleness {int(k)})" if not _nan(k) and k else "")
+    return label(r["method"], r.get("compressor")) + (f" (staleness {int(k)})" if not is_nan(k) and k else "")
 
 
 def _trace_note(t: pd.DataFrame) -> str:
@@ -183,7 +51,7 @@ def _trace_note(t: pd.DataFrame) -> str:
 
 def _k(v) -> str:
     """The overlap mode of a row: 0 (synchronous, also for runs that predate the column) or k."""
-    return "0" if _nan(v) else f"{int(v)}"
+    return "0" if is_nan(v) else f"{int(v)}"
 
 
 def is_grid(t: pd.DataFrame) -> bool:
@@ -215,11 +83,11 @@ def claims_section(tables: Tables, frame: pd.DataFrame | None = None) -> list[st
             f"{', '.join(f'{k} {v}' for k, v in held.items())}."
             + (f" {len(unjudged)} lines with fewer than 2 seeds are not judged (below)." if unjudged else ""), ""]
     frame = frame.assign(text=frame.apply(claim_text, axis=1), power=frame.apply(power_text, axis=1),
-                         backed=[claim_value(st, v, supported_decimals(st, e, lo, hi)) if not _nan(v) else DASH
+                         backed=[claim_value(st, v, supported_decimals(st, e, lo, hi)) if not is_nan(v) else DASH
                                  for st, v, e, lo, hi in zip(frame["statistic"], frame["supported"], frame["estimate"],
                                                              frame["ci_low"], frame["ci_high"])],
                          holm=frame["verdict_holm"].fillna("").astype(str) if "verdict_holm" in frame else "",
-                         note=frame["note"].fillna("").astype(str).map(_note),
+                         note=frame["note"].fillna("").astype(str).map(claim_note),
                          setting=frame.apply(lambda c: setting(c, scenario=False), axis=1),
                          group=[_group(w, m) for w, m in zip(frame["where"],
                                                              frame.get("model", pd.Series("", index=frame.index)))])
@@ -532,7 +400,7 @@ def compress_section(results_dir: Path) -> list[str]:
 def _interval(mean_col: str, low_col: str, high_col: str):
     def cell(r) -> str:
         m, lo, hi = r[mean_col], r[low_col], r[high_col]
-        return DASH if _nan(m) else fmt_q(m) if _nan(lo) else f"{fmt_q(m)} [{fmt_q(lo)}, {fmt_q(hi)}]"
+        return DASH if is_nan(m) else fmt_q(m) if is_nan(lo) else f"{fmt_q(m)} [{fmt_q(lo)}, {fmt_q(hi)}]"
     cell.whole_row = True
     return cell
 
@@ -571,7 +439,7 @@ def compress_seeds_section(results_dir: Path) -> list[str]:
                                        ("err_ef", "err_ef", _interval("err_ef", "err_ef_low", "err_ef_high")),
                                        ("err_ef minus Spar's", "vs_spar_err_ef",
                                         _interval("vs_spar_err_ef", "vs_spar_low", "vs_spar_high")),
-                                       ("enc MB/s", "enc_mbs", lambda v: DASH if _nan(v) else f"{v:.0f}")]), ""]
+                                       ("enc MB/s", "enc_mbs", lambda v: DASH if is_nan(v) else f"{v:.0f}")]), ""]
     return out
 
 

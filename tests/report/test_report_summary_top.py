@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.report.headline import headline, setting
-from harness.report.summary import claim_text, supported_decimals
+from harness.report.textfmt import claim_text, supported_decimals
 
 
 def _section(text: str, head: str) -> str:

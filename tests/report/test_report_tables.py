@@ -9,7 +9,7 @@ import pytest
 
 from harness.report import build_tables, collect, write_tables
 from harness.report.metrics import time_to_target
-from harness.report.summary import fmt_bytes
+from harness.report.textfmt import fmt_bytes
 from harness.report.tables import HILO_COLUMNS, SPRA_COLUMNS, SWEEP_COLUMNS
 from report_synthetic import EXPECTED, FULL_BYTES, ONPOLICY, VERDICT, write_onpolicy
 
