@@ -29,7 +29,7 @@
 from harness.report import build_tables, collect
 from harness.report import plots as P
 from harness.report.claims import SPECS, claims_frame
-from harness.report.metrics import federated_curves
+from harness.report.metrics_federated import federated_curves
 from harness.report.notebook import results_dir, show, show_figures
 
 RESULTS = results_dir()

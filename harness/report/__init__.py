@@ -4,7 +4,7 @@
 
 Public API: ``build_report(results_dir) -> dict`` (everything), ``collect`` (runs and rows),
 ``build_tables`` / ``write_tables`` (CSVs), the ``plot_*`` functions in harness.report.plots
-(one figure kind each), and the metric definitions in harness.report.metrics.
+(one figure kind each), and the metric definitions in harness.report.metrics (on-policy) and metrics_federated.
 """
 from harness.report.build import build_report, draw_all, one_screen
 from harness.report.collect import Collection, Run, collect

@@ -14,7 +14,8 @@ from tqdm import tqdm
 from harness.report import plots as P
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, collect
-from harness.report.metrics import federated_curves, onpolicy_curves
+from harness.report.metrics import onpolicy_curves
+from harness.report.metrics_federated import federated_curves
 from harness.report.phases import plot_phases
 from harness.report.summary import write_summary
 from harness.report.textfmt import claim_text, short_reason

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 from harness.report.aggregate import ident, seed_of
-from harness.report.metrics import KEY_DEFAULTS
+from harness.report.rowkit import KEY_DEFAULTS
 
 
 def values(runs: pd.DataFrame, config: pd.Series, keys: list[str], column: str) -> dict:
     """{seed: value of ``column``} over the runs of one configuration (NaN values dropped); a key that
-    a hand-built table lacks (``model``) holds its default (metrics.KEY_DEFAULTS) on that side."""
+    a hand-built table lacks (``model``) holds its default (rowkit.KEY_DEFAULTS) on that side."""
     def keyed(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.assign(**{k: KEY_DEFAULTS.get(k, np.nan) for k in keys if k not in frame})
 

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from harness.report.claimkit import Found, Line, Where, _model, _models, _where, diff, ratio, run_ids, values
-from harness.report.metrics import ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET, constant_links, plateau, synchronous
+from harness.report.metrics import ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET, plateau, synchronous
+from harness.report.rowkit import constant_links
 from harness.report.tables import Tables
 
 HILO_BYTES, HILO_SPEEDUP, HILO_RETAINED = 0.016, 2.2, 0.98

@@ -7,7 +7,8 @@ from typing import Callable, Iterator
 import pandas as pd
 
 from harness.report.claimkit import Found, Line, Where, _models, _where, diff, run_ids, values
-from harness.report.metrics import FEDERATED_KEYS, constant_links
+from harness.report.metrics_federated import FEDERATED_KEYS
+from harness.report.rowkit import constant_links
 from harness.report.tables import Tables
 
 SPRA_UPLINK, SPRA_COMPUTE = 0.5, 0.5

@@ -1,4 +1,4 @@
-"""Derived metrics: from tidy rows to one line per configuration, compared with its baseline.
+"""Derived on-policy metrics: from tidy rows to one line per configuration, compared with its baseline.
 
 Every metric is first computed per run; ratios to the baseline are formed per seed on the
 baseline's run of the same seed; then each configuration (same keys but seed) is summarised
@@ -69,43 +69,10 @@ On-policy (learner rows, ``role == "learner"``):
 - ``in_sync_frac``: fraction of verified updates (learner rows with ``in_sync`` set; worker
   rows when the learner has none) at which every worker's checksum matched the learner's.
 
-Federated (server rows ``role == "server"``, client rows ``role == "client<k>"``):
-
-- ``uplink_bytes`` / ``downlink_bytes`` [bytes]: per round, summed over the clients of the
-  round (client rows' ``payload_bytes_up`` / ``payload_bytes_down``; the server's rows when
-  clients record none), mean over rounds. Step 0 of the server is the evaluation before
-  round 1; rounds are steps 1..R. ``ranks`` is the client rank list as "64,32,16".
-- ``client_compute_s`` [s]: mean over (client, round) of ``client_compute_s``.
-- ``round_s`` [s]: mean of the server's ``round_s``. ``accuracy``: final server accuracy.
-- ``uplink_frac_vs_fedit`` / ``compute_frac_vs_fedit``: ratios to the ``fedit`` configuration
-  of the same scenario, backend, model, task, ranks and link. A configuration's keys include
-  ``model`` (collect.model_label, from run.json): runs of two models are never averaged together.
-- ``client_adapter_flops``: LoRA's own FLOPs per (client, round), what the adapter adds over the
-  frozen model's forward and backward (harness.federated.flops.adapter_flops), and
-  ``adapter_frac_vs_fedit`` its ratio to FedIT's: the compute claim's second reading (NaN for
-  runs that predate the column).
-
-A population run (``federated.population``; harness/federated/pool.py) has no ``client<k>``
-roles: its clients' compute rows are the executors' (``executor<e>``, one row per client it
-ran), and the server writes one ``population`` row per sampled client and round with its
-``status`` (finished, late, failed, unavailable). Its ``ranks`` are the ranks its clients drew
-("32,16,8,4", descending), and these per-run metrics come from those rows:
-
-- ``sampled_per_round``: clients sampled per round (mean); ``unavailable_frac``: of the sampled,
-  the fraction that were off; ``late_frac``: of those that ran, the fraction past the deadline
-  (``federated.deadline_s``; dropped from the aggregate); ``failed_frac`` likewise for clients
-  lost with their executor.
-- ``client_uplink_bytes`` / ``client_downlink_bytes`` [bytes]: payload per finished client and
-  round (mean); ``client_s`` [s]: a finished client's own down + compute + up time (mean).
-- ``virtual_round_s`` [s]: mean of the server's ``virtual_round_s`` (the deadline when a client
-  was late, else the slowest finished client), the population's round time; its ``round_s`` is
-  the wall clock of the executors' serial work.
+Federated metrics: harness/report/metrics_federated.py; reading a run's rows: rowkit.py.
 """
 from __future__ import annotations
 
-import functools
-
-import json
 import math
 from typing import Any, Iterable
 
@@ -113,57 +80,31 @@ import numpy as np
 import pandas as pd
 
 from harness.report.aggregate import aggregate, pair_with_baseline, paired_column
+from harness.report.rowkit import (col, config_key, first, hub_rows, in_sync, match_keys,
+                                   pick_reference, run_flags, runs_of)
 
 QUALITY_METRIC = {"distill": "accuracy", "reward": "accuracy", "federated": "accuracy"}
 QUALITY_FALLBACK = ("accuracy", "reward")
 CONTINUOUS_METRIC = {"distill": "reverse_kl", "reward": "reward", "federated": "eval_loss"}
 LOWER_IS_BETTER = {"reverse_kl", "eval_loss"}
-COMPUTE_MEASURES = ("client_flops", "client_compute_isolated_s", "client_compute_s")   # best first
 ONPOLICY_STATS = ["bytes_per_update", "update_s", "quality", "continuous", "policy_kl", "bytes_frac", "bytes_frac_max",
                   "speedup",
                   "quality_retained", "time_to_target_s", "efficiency", "rollout_kl", "final_slope", "equal_time_s",
                   "quality_retained_equal_time", "time_to_95_s", "time_to_95_vs_full",
                   "base_quality", "gain_over_base"]
 PHASES = ("rollout_s", "transfer_up_s", "learn_s", "encode_s", "transfer_down_s", "apply_s", "ack_s")   # serial at k=0
-FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops",
-                   "client_adapter_flops", "adapter_frac_vs_fedit", "round_s",
-                   "accuracy", "eval_loss", "uplink_frac_vs_fedit", "compute_frac_vs_fedit", "accuracy_gain_vs_fedit",
-                   "unavailable_frac", "late_frac", "client_uplink_bytes", "client_s", "virtual_round_s"]
-POPULATION_METRICS = ["sampled_per_round", "unavailable_frac", "late_frac", "failed_frac", "client_uplink_bytes",
-                      "client_downlink_bytes", "client_s", "virtual_round_s"]
 TARGET_FRACTION = 0.9
 WALLCLOCK_TARGET = 0.95      # the equal-wall-clock horizon: time to 95% of the same seed's full-sync final quality
 PLATEAU_EVALS = 3            # the plateau criterion's window: the slope over the last 3 evaluations
 ONPOLICY_KEYS = ["backend", "scenario", "variant", "method", "compressor", "task", "rate_mbit", "delay_ms", "rank",
                  "budget_frac", "ref_rank", "staleness", "trace", "allocation", "steps", "model"]
-FEDERATED_KEYS = ["backend", "scenario", "variant", "method", "task", "ranks", "rate_mbit", "delay_ms", "trace",
-                  "model"]
-KEY_DEFAULTS = {"model": ""}   # rows without the column (hand-built ones) name no model; NaN for the other keys
 LINK_KEYS = ["backend", "task", "rate_mbit", "delay_ms", "trace"]     # trace: the link traces' names (NaN: constant links)
-
-
-def _col(frame: pd.DataFrame, name: str) -> pd.Series:
-    """A numeric column, all-NaN when absent (rows of older runs may lack a column)."""
-    if name not in frame:
-        return pd.Series(np.nan, index=frame.index, dtype=float)
-    return pd.to_numeric(frame[name], errors="coerce")
-
-
-def _first(frame: pd.DataFrame, name: str, default: Any = np.nan) -> Any:
-    if name in frame and frame[name].notna().any():
-        return frame[name].dropna().iloc[0]
-    return default
-
-
-def _key(frame: pd.DataFrame, name: str) -> Any:
-    """A configuration key's value in one run's rows (``KEY_DEFAULTS`` when the rows lack it)."""
-    return _first(frame, name, KEY_DEFAULTS.get(name, np.nan))
 
 
 def quality_metric(task: str, frame: pd.DataFrame) -> str | None:
     """The column that measures quality for ``task`` in these rows (None when none is recorded)."""
     for name in (QUALITY_METRIC.get(task), *QUALITY_FALLBACK):
-        if name and _col(frame, name).notna().any():
+        if name and col(frame, name).notna().any():
             return name
     return None
 
@@ -171,18 +112,7 @@ def quality_metric(task: str, frame: pd.DataFrame) -> str | None:
 def continuous_metric(task: str, frame: pd.DataFrame) -> str | None:
     """The task's continuous quality column (``CONTINUOUS_METRIC``) when these rows record it, else None."""
     name = CONTINUOUS_METRIC.get(task)
-    return name if name and _col(frame, name).notna().any() else None
-
-
-def _hub(rows: pd.DataFrame, role: str) -> pd.DataFrame:
-    return rows[rows["role"] == role].sort_values("step", kind="stable")
-
-
-def _runs_of(rows: pd.DataFrame, kind: str) -> list[tuple[str, pd.DataFrame]]:
-    """(run_id, rows) of every collected run of ``kind`` (onpolicy | federated), sorted by run id."""
-    if rows.empty or "kind" not in rows:
-        return []
-    return list(rows[rows["kind"] == kind].groupby("run_id", sort=True))
+    return name if name and col(frame, name).notna().any() else None
 
 
 # ---------------------------------------------------------------- on-policy
@@ -193,67 +123,53 @@ def workers_of(rows: pd.DataFrame) -> int:
 
 
 def _per_worker_down(rows: pd.DataFrame, hub: pd.DataFrame) -> pd.Series:
-    return _col(hub, "payload_bytes_down") / workers_of(rows)
+    return col(hub, "payload_bytes_down") / workers_of(rows)
 
 
 def onpolicy_curve(rows: pd.DataFrame) -> pd.DataFrame:
     """One run's learner trajectory: step, cum_bytes [bytes per worker], cum_time_s [s], quality (NaN between
     evals). Where the run scored its curve on a fixed subset of the held-out prompts (``onpolicy.curve_prompts``:
     the ``curve_<metric>`` column), the curve reads that column at every evaluation: one prompt set throughout."""
-    hub = _hub(rows, "learner")
-    metric = quality_metric(str(_first(hub, "task", "")), hub)
+    hub = hub_rows(rows, "learner")
+    metric = quality_metric(str(first(hub, "task", "")), hub)
     if metric and f"curve_{metric}" in hub and hub[f"curve_{metric}"].notna().any():
         metric = f"curve_{metric}"
     return pd.DataFrame({
         "step": hub["step"].to_numpy(),
         "cum_bytes": _per_worker_down(rows, hub).fillna(0).cumsum().to_numpy(),
-        "cum_time_s": _col(hub, "update_s").fillna(0).cumsum().to_numpy(),
-        "quality": (_col(hub, metric) if metric else _col(hub, "_none_")).to_numpy(),
+        "cum_time_s": col(hub, "update_s").fillna(0).cumsum().to_numpy(),
+        "quality": (col(hub, metric) if metric else col(hub, "_none_")).to_numpy(),
     })
 
 
-def _in_sync(rows: pd.DataFrame, hub: pd.DataFrame, others: str = "worker") -> pd.Series:
-    """The hub's in_sync verdicts (every peer matched), else the peers' own (roles ``others<k>``)."""
-    for source in (hub, rows[rows["role"].astype(str).str.startswith(others)]):
-        if "in_sync" in source and source["in_sync"].notna().any():
-            return source["in_sync"].dropna().astype(bool)
-    return pd.Series(dtype=bool)
-
-
 def _final(frame: pd.DataFrame, name: str | None) -> float:
-    values = _col(frame, name).dropna() if name else pd.Series(dtype=float)
+    values = col(frame, name).dropna() if name else pd.Series(dtype=float)
     return float(values.iloc[-1]) if len(values) else np.nan
-
-
-def _run_flags(hub: pd.DataFrame) -> dict[str, Any]:
-    """Load and base-hash flags that collect() copied from run.json onto the rows."""
-    return {"loaded": _first(hub, "loaded", None), "load_notes": _first(hub, "load_notes", ""),
-            "rebuilt_base": bool(_first(hub, "rebuilt_base", False)), "base_sha256": _first(hub, "base_sha256", "")}
 
 
 def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
     """Per-run on-policy metrics (see the module docstring)."""
-    hub = _hub(rows, "learner")
+    hub = hub_rows(rows, "learner")
     n = workers_of(rows)
     down = _per_worker_down(rows, hub)
-    metric = quality_metric(str(_first(hub, "task", "")), hub)
-    quality = _col(hub, metric).dropna() if metric else pd.Series(dtype=float)
-    transfer = _col(hub, "transfer_down_s")
+    metric = quality_metric(str(first(hub, "task", "")), hub)
+    quality = col(hub, metric).dropna() if metric else pd.Series(dtype=float)
+    transfer = col(hub, "transfer_down_s")
     if transfer.isna().all():
-        transfer = _col(hub, "transfer_s")
-    rate_bps = float(_first(hub, "rate_mbit")) * 1e6
+        transfer = col(hub, "transfer_s")
+    rate_bps = float(first(hub, "rate_mbit")) * 1e6
     ideal = (down * 8 / rate_bps).sum() if rate_bps > 0 else np.nan
-    sync = _in_sync(rows, hub)
-    cont = continuous_metric(str(_first(hub, "task", "")), hub)
+    sync = in_sync(rows, hub)
+    cont = continuous_metric(str(first(hub, "task", "")), hub)
     return {
         "updates": int(len(hub)),
         "workers": n,
         "bytes_per_update": down.mean(),
         "bytes_per_update_max": down.max(),
-        "downlink_bytes_per_update": _col(hub, "payload_bytes_down").mean(),
-        "wire_bytes_per_update": _col(hub, "wire_bytes_down").mean() / n,
-        "resync_bytes": _col(hub, "resync_bytes").fillna(0).sum(),
-        "update_s": _col(hub, "update_s").mean(),
+        "downlink_bytes_per_update": col(hub, "payload_bytes_down").mean(),
+        "wire_bytes_per_update": col(hub, "wire_bytes_down").mean() / n,
+        "resync_bytes": col(hub, "resync_bytes").fillna(0).sum(),
+        "update_s": col(hub, "update_s").mean(),
         "transfer_down_s": transfer.mean(),
         "wire_efficiency": ideal / transfer.sum() if transfer.sum() > 0 and not math.isnan(ideal) else np.nan,
         "quality": quality.iloc[-1] if len(quality) else np.nan,
@@ -266,21 +182,14 @@ def onpolicy_run(rows: pd.DataFrame) -> dict[str, Any]:
         "continuous_metric": cont or "none",
         "policy_kl": _final(hub, "policy_kl"),
         "in_sync_frac": sync.mean() if len(sync) else np.nan,
-        "efficiency": _ratio(_col(hub, "bound_s"), _col(hub, "update_s")),
-        "rollout_kl": _col(hub, "rollout_kl").mean(),
-        **{f"phase_{p}": _col(hub, p).median() for p in (*PHASES, "replay_s", "bound_s", "update_s")},
+        "efficiency": _ratio(col(hub, "bound_s"), col(hub, "update_s")),
+        "rollout_kl": col(hub, "rollout_kl").mean(),
+        **{f"phase_{p}": col(hub, p).median() for p in (*PHASES, "replay_s", "bound_s", "update_s")},
         # where a run's time goes (the cost of a seed): its updates, its evaluations, the rest (start-up, set-up)
-        "run_wall_s": _first(hub, "run_wall_s"),
-        "updates_s_total": _col(hub, "update_s").sum(),
-        "eval_s_total": _col(hub, "eval_s").fillna(0).sum(),
+        "run_wall_s": first(hub, "run_wall_s"),
+        "updates_s_total": col(hub, "update_s").sum(),
+        "eval_s_total": col(hub, "eval_s").fillna(0).sum(),
     }
-
-
-def constant_links(table: pd.DataFrame) -> pd.Series:
-    """Configurations on constant links (no ``trace``): the ones the papers' claims are judged on."""
-    if "trace" not in table:
-        return pd.Series(True, index=table.index)
-    return table["trace"].isna() | (table["trace"].astype(str).isin(["", "nan"]))
 
 
 def synchronous(table: pd.DataFrame) -> pd.Series:
@@ -294,36 +203,6 @@ def _ratio(num: pd.Series, den: pd.Series) -> float:
     """sum(num) / sum(den) over the updates that have both (NaN when none has)."""
     both = num.notna() & den.notna()
     return float(num[both].sum() / den[both].sum()) if both.any() and den[both].sum() > 0 else np.nan
-
-
-def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal keys; a missing key (None or NaN: e.g. no trace) equals a missing one."""
-    if _missing(a) or _missing(b):
-        return _missing(a) and _missing(b)
-    return a == b
-
-
-def _match(table: pd.DataFrame, row: pd.Series, keys: Iterable[str]) -> pd.DataFrame:
-    mask = np.ones(len(table), dtype=bool)
-    for k in keys:
-        mask &= np.array([_same(v, row[k]) for v in table[k]], dtype=bool)
-    return table[mask]
-
-
-def _pick_reference(candidates: pd.DataFrame, row: pd.Series, name: str) -> pd.Series | None:
-    """Same scenario first; then the variant called ``name``; then bf16 sync; then the first by variant."""
-    if candidates.empty:
-        return None
-    same = candidates[candidates["scenario"] == row["scenario"]]
-    pool = same if not same.empty else candidates
-    rank = (pool["variant"] != name).astype(int) * 2
-    if "sync_dtype" in pool:
-        rank += (pool["sync_dtype"].astype(str) != "bf16").astype(int)
-    return pool.assign(_pref=rank).sort_values(["_pref", "variant"], kind="stable").iloc[0]
 
 
 def time_to_target(curve: pd.DataFrame, target: float) -> float:
@@ -417,10 +296,10 @@ def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFra
 def _choose_full_sync(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
     """The synchronous (staleness 0) full sync of the same model at the same link, training rank and horizon
     (``steps``, the configured updates: a ratio of final qualities is only meaningful at equal updates)."""
-    cands = _match(configs[configs["method"] == "full_sync"], row,
+    cands = match_keys(configs[configs["method"] == "full_sync"], row,
                    LINK_KEYS + [k for k in ("steps", "model") if k in configs])
     cands = cands[synchronous(cands)]
-    return _pick_reference(cands[cands["rank"] == row["ref_rank"]], row, "full_sync")
+    return pick_reference(cands[cands["rank"] == row["ref_rank"]], row, "full_sync")
 
 
 def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
@@ -430,15 +309,15 @@ def onpolicy_runs(rows: pd.DataFrame) -> pd.DataFrame:
     of that seed's full-sync final quality) are per seed; NaN where full sync lacks the seed.
     """
     per_run, curves = [], {}
-    for run_id, run_rows in _runs_of(rows, "onpolicy"):
-        hub = _hub(run_rows, "learner")
+    for run_id, run_rows in runs_of(rows, "onpolicy"):
+        hub = hub_rows(run_rows, "learner")
         if hub.empty:
             continue
-        keys = {k: _key(hub, k) for k in ONPOLICY_KEYS}
-        per_run.append({**keys, "seed": _first(hub, "seed", -1), "run_id": run_id, "run_ids": run_id,
-                        "command": _first(hub, "command", ""), "sync_dtype": _first(hub, "sync_dtype", ""),
-                        "staleness": int(_first(hub, "staleness", 0)),
-                        **_run_flags(hub), **onpolicy_run(run_rows)})
+        keys = {k: config_key(hub, k) for k in ONPOLICY_KEYS}
+        per_run.append({**keys, "seed": first(hub, "seed", -1), "run_id": run_id, "run_ids": run_id,
+                        "command": first(hub, "command", ""), "sync_dtype": first(hub, "sync_dtype", ""),
+                        "staleness": int(first(hub, "staleness", 0)),
+                        **run_flags(hub), **onpolicy_run(run_rows)})
         curves[run_id] = onpolicy_curve(run_rows)
     if not per_run:
         return pd.DataFrame(columns=ONPOLICY_KEYS + ["seed", "run_id"])
@@ -463,8 +342,8 @@ def onpolicy_table(rows: pd.DataFrame | None = None, runs: pd.DataFrame | None =
     if runs.empty or "run_id" not in runs or not len(runs):
         return pd.DataFrame(columns=ONPOLICY_KEYS)
     table = aggregate(runs, ONPOLICY_KEYS, ONPOLICY_STATS)
-    for col in ("baseline_variant", "baseline_dtype"):
-        table[col] = [";".join(dict.fromkeys(v for v in g[col].astype(str) if v))
+    for name in ("baseline_variant", "baseline_dtype"):
+        table[name] = [";".join(dict.fromkeys(v for v in g[name].astype(str) if v))
                       for _, g in runs.groupby(ONPOLICY_KEYS, dropna=False, sort=True)]
     return table
 
@@ -472,180 +351,14 @@ def onpolicy_table(rows: pd.DataFrame | None = None, runs: pd.DataFrame | None =
 def onpolicy_curves(rows: pd.DataFrame) -> pd.DataFrame:
     """Trajectories of every on-policy run, with its configuration keys (for the plots)."""
     frames = []
-    for run_id, run_rows in _runs_of(rows, "onpolicy"):
-        hub = _hub(run_rows, "learner")
+    for run_id, run_rows in runs_of(rows, "onpolicy"):
+        hub = hub_rows(run_rows, "learner")
         if hub.empty:
             continue
         curve = onpolicy_curve(run_rows)
         for k in ONPOLICY_KEYS + ["seed"]:
-            curve[k] = _key(hub, k)
-        curve["quality_metric"] = quality_metric(str(_first(hub, "task", "")), hub) or "none"
-        curve["run_id"] = run_id
-        frames.append(curve)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-# ---------------------------------------------------------------- federated
-def federated_curve(rows: pd.DataFrame) -> pd.DataFrame:
-    """One run's rounds: round, accuracy (NaN between evals), cum_uplink_bytes [bytes], cum_time_s [s]."""
-    server = _hub(rows, "server")
-    up = _per_round(rows, "payload_bytes_up")
-    rounds = server["step"].to_numpy()
-    cum_up = up.reindex(rounds).fillna(0).cumsum().to_numpy() if len(up) else np.full(len(rounds), np.nan)
-    return pd.DataFrame({"round": rounds, "accuracy": _col(server, "accuracy").to_numpy(), "cum_uplink_bytes": cum_up,
-                         "cum_time_s": _col(server, "round_s").fillna(0).cumsum().to_numpy()})
-
-
-def _per_round(rows: pd.DataFrame, column: str) -> pd.Series:
-    """Bytes per round summed over clients (client rows; the server's rows when clients have none)."""
-    clients = rows[rows["role"].astype(str).str.startswith("client")]
-    source = clients if _col(clients, column).notna().any() else rows[rows["role"] == "server"]
-    values = _col(source, column)
-    if values.isna().all():
-        return pd.Series(dtype=float)
-    return values.groupby(source["step"]).sum()
-
-
-def _client_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per (client, round) of local training: the ``client<k>`` roles, or a population's executors."""
-    roles = rows["role"].astype(str)
-    clients = rows[roles.str.startswith("client")]
-    return clients if len(clients) else rows[roles.str.startswith("executor")]
-
-
-def population_run(rows: pd.DataFrame, server: pd.DataFrame) -> dict[str, Any]:
-    """A population run's metrics from its ``population`` rows and its ``server`` rows (module
-    docstring); {} for other runs."""
-    pop = rows[rows["role"] == "population"]
-    if pop.empty or "status" not in pop:
-        return {}
-    status = pop["status"].astype(str)
-    sampled, ran = len(pop), int((status != "unavailable").sum())
-    done = pop[status == "finished"]
-    return {
-        "sampled_per_round": sampled / max(1, pop["step"].nunique()),
-        "unavailable_frac": (status == "unavailable").sum() / sampled,
-        "late_frac": (status == "late").sum() / ran if ran else np.nan,
-        "failed_frac": (status == "failed").sum() / ran if ran else np.nan,
-        "client_uplink_bytes": _col(done, "payload_bytes_up").mean(),
-        "client_downlink_bytes": _col(done, "payload_bytes_down").mean(),
-        "client_s": _col(done, "client_s").mean(),
-        "virtual_round_s": _col(server, "virtual_round_s").mean(),
-    }
-
-
-def federated_run(rows: pd.DataFrame) -> dict[str, Any]:
-    """Per-run federated metrics (see the module docstring)."""
-    server = _hub(rows, "server")
-    clients = _client_rows(rows)
-    accuracy = _col(server, "accuracy").dropna()
-    up, down = _per_round(rows, "payload_bytes_up"), _per_round(rows, "payload_bytes_down")
-    return {
-        "rounds": int(_col(server, "round_s").notna().sum()),
-        "uplink_bytes": up.mean() if len(up) else np.nan,
-        "downlink_bytes": down.mean() if len(down) else np.nan,
-        "uplink_bytes_total": up.sum() if len(up) else np.nan,
-        "client_compute_s": _col(clients, "client_compute_s").mean(),
-        "client_compute_isolated_s": _col(clients, "client_compute_isolated_s").mean(),
-        "client_flops": _col(clients, "client_flops").mean(),
-        "client_adapter_flops": _col(clients, "client_adapter_flops").mean(),
-        "forward_s": _col(clients, "forward_s").mean(),
-        "backward_s": _col(clients, "backward_s").mean(),
-        "round_s": _col(server, "round_s").mean(),
-        "accuracy": accuracy.iloc[-1] if len(accuracy) else np.nan,
-        "eval_loss": _col(server, "eval_loss").dropna().iloc[-1] if _col(server, "eval_loss").notna().any() else np.nan,
-        "in_sync_frac": sync.mean() if len(sync := _in_sync(rows, server, "client")) else np.nan,
-        **population_run(rows, server),
-    }
-
-
-def ranks_text(value: Any) -> str:
-    """Client ranks as "64,32,16" whether recorded as that text, a JSON list or a list."""
-    if isinstance(value, str) and value.strip().startswith("["):
-        value = json.loads(value)
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return ",".join(str(int(v)) for v in value)
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
-
-
-def _ranks_of(rows: pd.DataFrame) -> str:
-    """The run's client ranks: its ``ranks`` column, else (a population) the ranks its clients drew, descending."""
-    if "ranks" in rows and rows["ranks"].notna().any():
-        return ranks_text(_first(rows, "ranks", ""))
-    drawn = _col(rows[rows["role"] == "population"], "rank").dropna()
-    return ",".join(str(int(r)) for r in sorted(drawn.unique(), reverse=True)) if len(drawn) else ""
-
-
-def _choose_reference(configs: pd.DataFrame, row: pd.Series) -> pd.Series | None:
-    """The configuration of the run's reference method (declared by the method, recorded in the run's plan;
-    the ``*_vs_fedit`` columns hold the ratios to it: fedit is the one that declares it)."""
-    recorded = row.get("reference_method")
-    name = recorded if isinstance(recorded, str) and recorded else reference_method()
-    same = _match(configs[configs["method"] == name], row, ["backend", "scenario", "task", "ranks", "rate_mbit",
-                                                             "delay_ms", "trace", "optimizer", "model"])
-    return _pick_reference(same, row, name)
-
-
-@functools.lru_cache(maxsize=1)
-def reference_method() -> str:
-    """The federated reference as the code declares it (for runs whose run.json predates the plan record)."""
-    from harness.federated.methods import reference
-
-    return reference()
-
-
-def federated_runs(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per federated run, with its ratios to the same seed's FedIT run with the same client
-    optimizer (NaN without one).
-
-    ``compute_frac_vs_fedit`` uses the best compute measure both runs have (``compute_measure``):
-    ``client_flops``, else ``client_compute_isolated_s``, else ``client_compute_s``.
-    """
-    per_run = []
-    for run_id, run_rows in _runs_of(rows, "federated"):
-        server = _hub(run_rows, "server")
-        if server.empty:
-            continue
-        keys = {k: _key(server, k) for k in FEDERATED_KEYS if k != "ranks"}
-        per_run.append({**keys, "ranks": _ranks_of(run_rows), "seed": _first(server, "seed", -1), "run_id": run_id,
-                        "run_ids": run_id, "command": _first(server, "command", ""),
-                        "lr_rule": _first(server, "lr_rule", ""), "a_variance": _first(server, "a_variance", ""),
-                        "resample_every": _first(server, "resample_every"),
-                        # the client optimizer (federated.optimizer); a run.json without it predates the key: sgd
-                        "optimizer": _first(server, "optimizer", "") or "sgd",
-                        "reference_method": _first(server, "reference_method", ""),
-                        **_run_flags(server), **federated_run(run_rows)})
-    if not per_run:
-        return pd.DataFrame(columns=FEDERATED_KEYS + ["seed", "run_id"])
-    frame = pd.DataFrame(per_run)
-    base = pair_with_baseline(frame, FEDERATED_KEYS, _choose_reference)
-    frame["uplink_frac_vs_fedit"] = paired_column(frame, base, "uplink_bytes")
-    measure = next((m for m in COMPUTE_MEASURES if m in frame and frame[m].notna().all()), "client_compute_s")
-    frame["compute_measure"] = measure
-    frame["compute_frac_vs_fedit"] = paired_column(frame, base, measure)
-    frame["adapter_frac_vs_fedit"] = paired_column(frame, base, "client_adapter_flops")
-    frame["accuracy_gain_vs_fedit"] = paired_column(frame, base, "accuracy", op="diff")
-    return frame
-
-
-def federated_table(rows: pd.DataFrame | None = None, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One line per federated configuration: means over seeds with sd, n and 95% t-interval columns."""
-    runs = federated_runs(rows) if runs is None else runs
-    if runs.empty:
-        return pd.DataFrame(columns=FEDERATED_KEYS)
-    return aggregate(runs, FEDERATED_KEYS, FEDERATED_STATS)
-
-
-def federated_curves(rows: pd.DataFrame) -> pd.DataFrame:
-    """Round-by-round accuracy and cumulative uplink of every federated run, with its keys."""
-    frames = []
-    for run_id, run_rows in _runs_of(rows, "federated"):
-        server = _hub(run_rows, "server")
-        if server.empty:
-            continue
-        curve = federated_curve(run_rows)
-        for k in FEDERATED_KEYS + ["seed"]:
-            curve[k] = _ranks_of(run_rows) if k == "ranks" else _key(server, k)
+            curve[k] = config_key(hub, k)
+        curve["quality_metric"] = quality_metric(str(first(hub, "task", "")), hub) or "none"
         curve["run_id"] = run_id
         frames.append(curve)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

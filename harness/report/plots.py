@@ -28,7 +28,8 @@ from harness.report.figkit import (BOUNDS, QUALITY_LABELS, PlotLog, dodge, draw_
                                    in_order, legend, legend_room, log_axis, models_text, quality_axis, seeds_text,
                                    styles_of, title, with_series, xlabel)
 from harness.report.figkit import Figure  # noqa: F401  (re-exported: plots.Figure)
-from harness.report.metrics import constant_links, synchronous
+from harness.report.metrics import synchronous
+from harness.report.rowkit import constant_links
 from harness.report.style import (METHOD_COLOURS, SERIES_COLOURS, budget_text, family, figure, label, link_order, link_text, slug,
                                   series_label, styled, trace_text)
 from harness.report.twins import borrowed_note

@@ -31,8 +31,8 @@ import pandas as pd
 from harness.backends import EMULATED
 from harness.report.collect import Collection
 from harness.report.aggregate import STAT_SUFFIXES
-from harness.report.metrics import (FEDERATED_STATS, ONPOLICY_STATS, PHASES, POPULATION_METRICS, federated_runs,
-                                    federated_table, onpolicy_runs, onpolicy_table)
+from harness.report.metrics import ONPOLICY_STATS, PHASES, onpolicy_runs, onpolicy_table
+from harness.report.metrics_federated import FEDERATED_STATS, POPULATION_METRICS, federated_runs, federated_table
 from harness.report.style import METHOD_ORDER
 
 HILO_COLUMNS = ["task", "method", "compressor", "rank", "rate_mbit", "bytes_per_update", "bytes_frac",

@@ -13,7 +13,7 @@ import pytest
 
 from harness.record import Recorder, set_status, write_run_json
 from harness.report.collect import collect
-from harness.report.metrics import federated_runs
+from harness.report.metrics_federated import federated_runs
 from harness.report.summary import population_table
 from harness.report.tables import build_tables
 

@@ -145,7 +145,7 @@ def test_tables_are_idempotent(report, results, tmp_path):
 
 
 def test_ranks_text_accepts_every_recorded_form():
-    from harness.report.metrics import ranks_text
+    from harness.report.metrics_federated import ranks_text
     assert ranks_text("[64, 32, 16]") == ranks_text([64, 32, 16]) == ranks_text("64,32,16") == "64,32,16"
     assert ranks_text(float("nan")) == ""
 

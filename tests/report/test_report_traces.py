@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.metrics import _choose_full_sync, constant_links
+from harness.report.metrics import _choose_full_sync
+from harness.report.rowkit import constant_links
 
 
 def _config(variant: str, method: str, trace) -> dict:
