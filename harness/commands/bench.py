@@ -80,6 +80,7 @@ REPORT_REAL = Step("report_real", (PY, "-m", "harness.report", "--results", REAL
                    quick=("--out", "outputs/quick"))
 HILO_REAL_MAIN = "full_sync_10mbit,hilo_spar_10mbit"
 HILO_REAL_TIMING = "patch_10mbit,full_sync_5mbit,hilo_spar_5mbit,patch_5mbit"
+DISTILL_REAL_MAIN = "full_sync_10mbit,hilo_spar_10mbit"
 POWERED_SEEDS = "seeds=[0,1,2,3,4]"                               # python -m harness.power on the 3-seed pilot
 STEPS = (
     NETEM_CHECK,
@@ -142,6 +143,14 @@ REAL_POWERED = (
     Step("hilo_real_lowrank", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS,
                                "only=[lowrank_r1_10mbit]"),
          "hilo_real's low-rank r=1 baseline (6.25% of full sync's bytes) at its tuned rate, 3 seeds (~13 min)"),
+    Step("distill_real", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
+                          f"only=[{DISTILL_REAL_MAIN}]"),
+         "the paper's other workload on SmolLM2: on-policy distillation of the 3-bit/8 student to the fp32 model, "
+         "full sync and HiLo+Spar at 10 Mbit/s, 32 updates, 512 held-out prompts, 3 seeds (the pilot)"),
+    Step("distill_real_timing", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
+                                 "only=[full_sync_5mbit,hilo_spar_5mbit]"),
+         "distill_real's timing runs at 5 Mbit/s (2 updates each, nothing evaluated), 3 seeds; times are only as "
+         "good as the machine is idle"),
 )
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = REAL_POWERED + (
