@@ -45,9 +45,9 @@ On-policy (learner rows, ``role == "learner"``):
   base model, ``onpolicy.eval_base``, both curves start from it at t = 0); ``time_to_95_s`` [s] =
   the cumulative time of this run's first evaluation at or above ``WALLCLOCK_TARGET`` (95%) x the
   same seed's full-sync final quality, and ``time_to_95_vs_full`` = that time over full sync's own
-  (< 1: there sooner). A run that never gets there is *censored*, not dropped:
-  ``time_to_95_censored`` is True and ``time_to_95_vs_full`` holds the lower bound (its run's
-  end over full sync's time: it would have needed longer than it ran). Full sync always reaches
+  (< 1: there sooner; 1 when both are there from the base, at t = 0). A run that never gets there
+  is *censored*, not dropped: ``time_to_95_censored`` is True and ``time_to_95_vs_full`` holds the
+  lower bound (its run's end over full sync's time: it would have needed longer than it ran). Full sync always reaches
   95% of its own final quality, by its last evaluation at the latest. Runs that score their curve on a
   fixed subset of the held-out prompts (``onpolicy.curve_prompts``, the rows' ``curve_<metric>``) take
   every point of these horizons, the base's and the target's (95% of full sync's final value on that
@@ -260,6 +260,16 @@ def _from_base(curve: pd.DataFrame, q0: float) -> pd.DataFrame:
     return pd.concat([start, curve], ignore_index=True)
 
 
+def _time_ratio(reach: float, t_full: float) -> float:
+    """This run's time to the target over full sync's; both there at t = 0 (the base already at the target)
+    is a tie, 1.0, not 0/0; a run later than a full sync that was there at t = 0 has no finite ratio (NaN)."""
+    if t_full != t_full or reach != reach:
+        return np.nan
+    if t_full == 0:
+        return 1.0 if reach == 0 else np.nan
+    return reach / t_full
+
+
 def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFrame]) -> None:
     """The equal-updates slope and the equal-wall-clock columns of every run (module docstring)."""
     frame["final_slope"] = [final_slope(curves[r]) for r in frame["run_id"]]
@@ -288,7 +298,7 @@ def _horizons(frame: pd.DataFrame, base: pd.Series, curves: dict[str, pd.DataFra
         cols["time_to_95_s"].append(t_mine)
         cols["time_to_95_censored"].append(censored)
         reach = _end_time(mine) if censored else t_mine          # censored: the bound its run's end gives
-        cols["time_to_95_vs_full"].append(reach / t_full if t_full and t_full == t_full else np.nan)
+        cols["time_to_95_vs_full"].append(_time_ratio(reach, t_full))
     for k, v in cols.items():
         frame[k] = v
 

@@ -166,3 +166,17 @@ def test_a_report_with_no_judged_claim_still_lists_the_lines_not_judged() -> Non
     assert "**Not judged**" in text
     assert "- HiLo: update speedup >= 2.2x vs full sync — distill_real 10 Mbit/s (n=1): one seed of full sync so far" \
         in text
+
+
+def test_both_at_the_target_from_the_base_is_a_tie_not_a_dropped_seed() -> None:
+    """Full sync's base (0.8, measured at t = 0) is already at 95% of its final quality (0.8): its time to
+    the target is 0, and so is HiLo's, whose curve starts from the same base. The ratio is a tie, 1.0, not
+    0/0 (which dropped the seed from the time-to-target line)."""
+    rows = _rows()
+    first = (rows.role == "learner") & (rows.step == 0)
+    rows.loc[first & (rows.variant == "full_sync"), "base_accuracy"] = 0.8
+    runs = onpolicy_runs(rows).set_index("run_id")
+    assert runs.loc["full_sync-s0"].time_to_95_s == pytest.approx(0.0)
+    hilo = runs.loc["hilo_spar-s0"]
+    assert hilo.time_to_95_s == pytest.approx(0.0)
+    assert hilo.time_to_95_vs_full == pytest.approx(1.0)
