@@ -37,14 +37,14 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from harness.report.aggregate import aggregate, pair_with_baseline, paired_column
-from harness.report.rowkit import col, config_key, first, hub_rows, in_sync, match_keys, pick_reference, run_flags, runs_of
+from harness.report.rowkit import (col, config_key, first, hub_rows, in_sync, match_keys, missing, pick_reference,
+                                   run_flags, runs_of)
 
 COMPUTE_MEASURES = ("client_flops", "client_compute_isolated_s", "client_compute_s")   # best first
 FEDERATED_STATS = ["uplink_bytes", "client_compute_s", "client_compute_isolated_s", "client_flops",
@@ -136,7 +136,7 @@ def ranks_text(value: Any) -> str:
         value = json.loads(value)
     if isinstance(value, (list, tuple, np.ndarray)):
         return ",".join(str(int(v)) for v in value)
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    return "" if missing(value) else str(value)
 
 
 def _ranks_of(rows: pd.DataFrame) -> str:

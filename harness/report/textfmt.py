@@ -10,13 +10,10 @@ from typing import Callable
 import pandas as pd
 
 from harness.report.headline import seeds_of
+from harness.report.rowkit import missing as is_nan
 from harness.report.stats import Summary, cell
 
 DASH = "–"
-
-
-def is_nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def fmt_bytes(v) -> str:
