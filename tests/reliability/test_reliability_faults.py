@@ -168,9 +168,12 @@ def test_parent_killed_leaves_leftovers_that_netem_clean_removes_and_only_those(
             wait_for(lambda: len(role_pids(run_dir)) == 2, START_S, "both role processes")
             leftovers = our_namespaces(proc.pid)
             os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
             wait_for(lambda: not role_pids(run_dir), 20, "the role processes to die with their parent")
+            # Looked at before the harness is reaped: until then its PID exists (a zombie), so its namespaces
+            # count as a live owner's and no other clean can take them. After the reaping, the start of a run
+            # on the other pytest worker (its clean) may remove them first (CI, stop 50, failed that way).
             assert leftovers and our_namespaces(proc.pid) == leftovers
+            proc.wait(timeout=30)
             clean = subprocess.run([sys.executable, "-m", "netem", "clean"], cwd=ROOT, capture_output=True,
                                    text=True, timeout=120)
         finally:
@@ -211,10 +214,12 @@ def test_the_clean_at_the_start_of_a_run_removes_a_dead_owners_leftovers(kernel_
     try:
         assert owner.stdout.readline().strip(), "the owner did not build its topology"
         owner.send_signal(signal.SIGKILL)
+        # read before the reaping: until then the owner's PID exists (a zombie) and no clean on the other
+        # pytest worker can take its namespaces (see the test above)
+        leftovers = our_namespaces(owner.pid)
         owner.wait(timeout=30)
     finally:
         kill_tree(owner)
-    leftovers = our_namespaces(owner.pid)
     assert leftovers, "a SIGKILLed owner left nothing behind: the test shows nothing"
     events: list[tuple[str, list[str]]] = []
     real_clean = netem.topology.clean
