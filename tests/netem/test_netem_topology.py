@@ -145,12 +145,13 @@ def test_clean_removes_dead_owners_leftovers_only(emulation):
     try:
         child.stdout.readline()
         child.send_signal(signal.SIGKILL)             # no chance to tear down
-        child.wait(timeout=10)
+        # read before the reaping: until then the child's PID exists (a zombie), so no clean on the other pytest
+        # worker (a run's start) can take its namespaces; after it, one may, so `removed` need not name them all
         leftovers = ours_of(child.pid)
+        child.wait(timeout=10)
         assert len(leftovers) == 3
         with StarTopology([NodeSpec("live")]) as live:
             removed = clean()
-            assert set(leftovers) <= set(removed)
             assert not ours_of(child.pid)
             assert set(ours_of(os.getpid())) == set(live.namespaces)   # a live owner's are kept
             assert all(not name.startswith(live.prefix) for name in removed)
