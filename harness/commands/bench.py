@@ -147,6 +147,10 @@ REAL_POWERED = (
                           f"only=[{DISTILL_REAL_MAIN}]"),
          "the paper's other workload on SmolLM2: on-policy distillation of the 3-bit/8 student to the fp32 model, "
          "full sync and HiLo+Spar at 10 Mbit/s, 32 updates, 512 held-out prompts, 3 seeds (the pilot)"),
+    Step("distill_real_seeds", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, POWERED_SEEDS,
+                                f"only=[{DISTILL_REAL_MAIN}]"),
+         "distill_real's quality variants at 5 seeds (seeds 0-2 resume from the distill_real step; ~45 min for "
+         "seeds 3 and 4)"),
     Step("distill_real_timing", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
                                  "only=[full_sync_5mbit,hilo_spar_5mbit]"),
          "distill_real's timing runs at 5 Mbit/s (2 updates each, nothing evaluated), 3 seeds; times are only as "

@@ -97,6 +97,7 @@ class Line(NamedTuple):
     censored: frozenset = frozenset()     # seeds whose value is a lower bound (never reached the target)
     pairs: dict | None = None             # seed -> (run_id, run_id of the other side): per-prompt pairing
     op: str = "ratio"                     # how pairs combine: ratio | diff (the per-seed statistic's form)
+    column: str = "correct"               # the per-prompt record the pairs compare (prompts.csv.gz)
 
 
 Found = Iterator[tuple]   # Line, or a plain (Where, {seed: value}, note[, horizon]) tuple

@@ -8,12 +8,14 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from harness.report.claimkit import Found, Line, Where, _model, _models, _where, diff, ratio, run_ids, values
-from harness.report.metrics import ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET, plateau, synchronous
+from harness.report.claimkit import Found, Line, _models, _where, diff, ratio, run_ids, values
+from harness.report.metrics import (CONTINUOUS_METRIC, ONPOLICY_KEYS, PLATEAU_EVALS, WALLCLOCK_TARGET, plateau,
+                                    synchronous)
 from harness.report.rowkit import constant_links
 from harness.report.tables import Tables
 
 HILO_BYTES, HILO_SPEEDUP, HILO_RETAINED = 0.016, 2.2, 0.98
+OBJECTIVE = CONTINUOUS_METRIC["distill"]   # the distillation objective's per-prompt score (lower is better)
 DEFAULT_ALLOCATION = "energy"          # compressor.options.allocation of the paper's Spar
 
 
@@ -158,6 +160,21 @@ def hilo_quality(tables: Tables) -> Found:
             full = _baseline(t, r)
             yield Line(_where(label, r), values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained"), "",
                        equal_updates(tables, r, full), pairs=_pairs(tables, r, full))
+
+
+def hilo_objective(tables: Tables) -> Found:
+    """On distillation, the objective itself: full sync's final mean reverse KL to the teacher over HiLo's, per
+    seed (lower is better: >= 1 where HiLo is at least as close); per-prompt pairs on ``reverse_kl``."""
+    for label, spar, t in _spar_configs(tables):
+        for _, r in _horizons(spar).iterrows():
+            full = _baseline(t, r)
+            if full is None or str(r.get("continuous_metric")) != OBJECTIVE:
+                continue
+            mine = values(tables.hilo_runs, r, ONPOLICY_KEYS, "continuous")
+            theirs = values(tables.hilo_runs, full, ONPOLICY_KEYS, "continuous")
+            pairs = _pairs(tables, full, r)           # full sync's over HiLo's: the ratio's order
+            yield Line(_where(label, r), ratio(theirs, mine), f"{OBJECTIVE}, lower is better",
+                       equal_updates(tables, r, full), pairs=pairs, column=OBJECTIVE)
 
 
 def hilo_other_compressors(tables: Tables) -> Found:

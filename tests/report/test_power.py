@@ -2,7 +2,6 @@
 two-level bootstrap (harness/report/bootstrap.py) beside the seed-level t-interval."""
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -14,7 +13,7 @@ from harness.report import build_tables, collect
 from harness.report.bootstrap import two_level
 from harness.report.claims import claims_frame
 from harness.report.inference import seeds_for_power
-from report_synthetic import make_seeded_results
+from report_synthetic import SEEDED_FULL_Q, SEEDED_RETAINED, make_seeded_results
 
 PROMPTS = 200
 
@@ -35,7 +34,9 @@ def _with_prompts(root):
         correct[rng.permutation(PROMPTS)[:k]] = True
         frame = pd.DataFrame({"run_id": run.name, "role": "learner", "step": int(final["step"]), "view": "learner",
                               "prompt": range(PROMPTS), "correct": correct,
-                              "answer_logprob": np.where(correct, -0.5, -3.0)})
+                              "answer_logprob": np.where(correct, -0.5, -3.0),
+                              # HiLo's prompts twice as far from the teacher as full sync's: the objective's pairs
+                              "reverse_kl": np.where(correct, 0.1, 1.0) * (2.0 if run.name.startswith("hilo") else 1.0)})
         (run / "prompts").mkdir(exist_ok=True)
         frame.to_parquet(run / "prompts" / f"learner-{int(final['step']) + 1:05d}.parquet", index=False)
     return root
@@ -89,6 +90,20 @@ def test_claims_carry_the_two_level_bootstrap_where_prompts_pair(pilot):
     assert row["boot_low"] < row["boot_high"] and "bootstrap" in row["interval"]
     speed = claims[claims["claim"].str.startswith("update speedup")].iloc[0]
     assert math.isnan(speed["boot_low"]) and "bootstrap" not in speed["interval"]
+
+
+def test_the_distillation_objective_is_judged_as_full_syncs_reverse_kl_over_hilos(pilot):
+    claims = claims_frame(build_tables(collect(pilot)))
+    line = claims[claims["claim"].str.startswith("distillation objective") & claims["where"].str.contains(" 10 Mbit/s")]
+    assert len(line) == 1
+    row = line.iloc[0]
+    # the runs' final reverse KL is 1 - accuracy (report_synthetic); lower is better, so full sync's over HiLo's
+    expected = np.mean([(1 - q) / (1 - q * r) for q, r in zip(SEEDED_FULL_Q, SEEDED_RETAINED)])
+    assert row["estimate"] == pytest.approx(expected) and row["n_seeds"] == len(SEEDED_FULL_Q)
+    assert row["test"] == "non-inferiority" and row["threshold"] == 0.98
+    # the bootstrap pairs the prompts' reverse_kl in the same order: HiLo's are twice full sync's, so about 0.5
+    # (accuracy's pairs would give about 1, the other order about 2)
+    assert 0.4 < row["boot_low"] < row["boot_high"] < 0.6
 
 
 def test_two_level_bootstrap_pairs_the_sides():
