@@ -151,6 +151,9 @@ REAL_POWERED = (
                                 f"only=[{DISTILL_REAL_MAIN}]"),
          "distill_real's quality variants at 5 seeds (seeds 0-2 resume from the distill_real step; ~45 min for "
          "seeds 3 and 4)"),
+    Step("distill_real_lowrank", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
+                                  "only=[lowrank_r1_10mbit]"),
+         "distill_real's low-rank r=1 baseline (6.25% of full sync's bytes) at its tuned rate, 3 seeds (~23 min)"),
     Step("distill_real_timing", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
                                  "only=[full_sync_5mbit,hilo_spar_5mbit]"),
          "distill_real's timing runs at 5 Mbit/s (2 updates each, nothing evaluated), 3 seeds; times are only as "
