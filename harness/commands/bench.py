@@ -82,6 +82,7 @@ HILO_REAL_MAIN = "full_sync_10mbit,hilo_spar_10mbit"
 HILO_REAL_TIMING = "patch_10mbit,full_sync_5mbit,hilo_spar_5mbit,patch_5mbit"
 DISTILL_REAL_MAIN = "full_sync_10mbit,hilo_spar_10mbit"
 POWERED_SEEDS = "seeds=[0,1,2,3,4]"                               # python -m harness.power on the 3-seed pilot
+OBJECTIVE_SEEDS = "seeds=[0,1,2,3,4,5,6,7,8,9,10]"                # ... on the 5-seed one: the distillation objective
 STEPS = (
     NETEM_CHECK,
     Step("hilo_real", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS, f"only=[{HILO_REAL_MAIN}]"),
@@ -151,6 +152,11 @@ REAL_POWERED = (
                                 f"only=[{DISTILL_REAL_MAIN}]"),
          "distill_real's quality variants at 5 seeds (seeds 0-2 resume from the distill_real step; ~45 min for "
          "seeds 3 and 4)"),
+    Step("distill_real_powered", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, OBJECTIVE_SEEDS,
+                                  f"only=[{DISTILL_REAL_MAIN}]"),
+         "distill_real's quality variants at 11 seeds: the count the power analysis of the 5-seed run gives for the "
+         "distillation objective claim (80% power toward 'not met' at 512 prompts); seeds 0-4 resume; ~27 min a "
+         "seed on 2 idle cores"),
     Step("distill_real_lowrank", (PY, "-m", "harness", "scenario=distill_real", REAL_RUNS, THREE_SEEDS,
                                   "only=[lowrank_r1_10mbit]"),
          "distill_real's low-rank r=1 baseline (6.25% of full sync's bytes) at its tuned rate, 3 seeds (~23 min)"),
