@@ -11,6 +11,8 @@ file's Hydra ``defaults`` list, as read from disk, is not a field and is left ou
 """
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import asdict, is_dataclass
 from typing import Any, TypeVar
 
@@ -20,20 +22,39 @@ from harness.errors import ConfigError
 T = TypeVar("T")
 
 
+_SEEN: dict[tuple[str, str], Any] = {}   # (schema, the data as JSON) -> its typed object; a plan's parts are read ~24 times
+
+
 def _typed(schema: type[T], cfg: Any, key: str) -> T:
     if isinstance(cfg, schema):
         return cfg
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     data = asdict(cfg) if is_dataclass(cfg) else cfg
     if data is not None and "defaults" in data:      # a config group's YAML as read from disk: Hydra's list, no field
         data = {k: v for k, v in dict(data).items() if k != "defaults"}
+    seen = _key(schema, data, DictConfig, OmegaConf)
+    if seen in _SEEN:
+        return copy.deepcopy(_SEEN[seen])            # a copy: a caller may set a field on its own
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), data or {}))  # type: ignore[return-value]
+        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), data or {}))
     except OmegaConfBaseException as err:
         where = getattr(err, "full_key", "") or ""
         raise ConfigError(f"{key}.{where}: {str(err).splitlines()[0]}" if where else f"{key}: {err}") from None
+    if seen is not None:
+        _SEEN[seen] = copy.deepcopy(typed)
+    return typed  # type: ignore[return-value]
+
+
+def _key(schema: type, data: Any, dict_config: type, omegaconf: Any) -> tuple[str, str] | None:
+    """The memo key of ``data``: its plain content as sorted JSON; None (no memo) for what has no such form
+    (an interpolation that does not resolve on its own, a value JSON cannot hold exactly)."""
+    try:
+        plain = omegaconf.to_container(data, resolve=True) if isinstance(data, dict_config) else data
+        return schema.__qualname__, json.dumps(plain or {}, sort_keys=True, allow_nan=True)
+    except Exception:  # noqa: BLE001 - any value without a plain JSON form is simply not memoized
+        return None
 
 
 def model_plan(cfg: Any) -> ModelConfig:
