@@ -28,13 +28,13 @@ _SEEN: dict[tuple[str, str], Any] = {}   # (schema, the data as JSON) -> its typ
 def _typed(schema: type[T], cfg: Any, key: str) -> T:
     if isinstance(cfg, schema):
         return cfg
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     data = asdict(cfg) if is_dataclass(cfg) else cfg
     if data is not None and "defaults" in data:      # a config group's YAML as read from disk: Hydra's list, no field
         data = {k: v for k, v in dict(data).items() if k != "defaults"}
-    seen = _key(schema, data, DictConfig, OmegaConf)
+    seen = _key(schema, data)
     if seen in _SEEN:
         return copy.deepcopy(_SEEN[seen])            # a copy: a caller may set a field on its own
     try:
@@ -47,11 +47,13 @@ def _typed(schema: type[T], cfg: Any, key: str) -> T:
     return typed  # type: ignore[return-value]
 
 
-def _key(schema: type, data: Any, dict_config: type, omegaconf: Any) -> tuple[str, str] | None:
+def _key(schema: type, data: Any) -> tuple[str, str] | None:
     """The memo key of ``data``: its plain content as sorted JSON; None (no memo) for what has no such form
     (an interpolation that does not resolve on its own, a value JSON cannot hold exactly)."""
+    from omegaconf import DictConfig, OmegaConf
+
     try:
-        plain = omegaconf.to_container(data, resolve=True) if isinstance(data, dict_config) else data
+        plain = OmegaConf.to_container(data, resolve=True) if isinstance(data, DictConfig) else data
         return schema.__qualname__, json.dumps(plain or {}, sort_keys=True, allow_nan=True)
     except Exception:  # noqa: BLE001 - any value without a plain JSON form is simply not memoized
         return None

@@ -72,7 +72,6 @@ def test_a_mapping_without_a_key_gets_the_schema_default_not_another():
     assert task == TaskConfig(name="reward") and model == ModelConfig(name="tiny")
 
 
-
 def test_a_part_read_again_is_the_same_plan_and_a_callers_change_stays_its_own():
     """task_plan/model_plan remember a conversion (a plan's parts are read many times while it is built):
     the same content gives an equal object, different content a different one, a DictConfig the same as its
@@ -87,6 +86,7 @@ def test_a_part_read_again_is_the_same_plan_and_a_callers_change_stays_its_own()
     assert again.eval_prompts == 48 and again is not first
     assert task_plan(OmegaConf.create({"name": "chat_sft", "eval_prompts": 48})) == again
     assert task_plan({"name": "chat_sft", "eval_prompts": 49}).eval_prompts == 49
+
 
 def test_every_context_an_entry_gets_is_a_role_context(tmp_path):
     """The role process's context and both in-process runners' implement one protocol."""
