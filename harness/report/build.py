@@ -11,6 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from harness.report import federated_plots as F
 from harness.report import plots as P
 from harness.report.claims import claims_frame, crossover_frame
 from harness.report.collect import Collection, collect
@@ -34,9 +35,9 @@ def draw_all(coll: Collection, tables: Tables, plots_dir: Path, progress: bool =
         ("frontier", lambda: P.plot_frontier(tables.hilo, plots_dir, log)),
         ("bytes vs rank", lambda: P.plot_bytes_vs_rank(tables.hilo, plots_dir, log)),
         ("spar ranks", lambda: P.plot_spar_ranks(coll.rows, plots_dir, log)),
-        ("federated vs rounds", lambda: P.plot_federated_rounds(fed, plots_dir, log, tables.spra)),
-        ("federated vs uplink", lambda: P.plot_federated_uplink(fed, plots_dir, log, tables.spra)),
-        ("federated ablations", lambda: P.plot_federated_ablations(fed, plots_dir, log, tables.spra)),
+        ("federated vs rounds", lambda: F.plot_federated_rounds(fed, plots_dir, log, tables.spra)),
+        ("federated vs uplink", lambda: F.plot_federated_uplink(fed, plots_dir, log, tables.spra)),
+        ("federated ablations", lambda: F.plot_federated_ablations(fed, plots_dir, log, tables.spra)),
         ("snr vs rank", lambda: P.plot_snr(tables.snr, plots_dir, log)),
         ("phases", lambda: plot_phases(tables.hilo_runs, plots_dir, log)),
     ]

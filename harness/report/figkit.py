@@ -1,6 +1,6 @@
 """Small helpers every figure shares: the plot log, series naming, legends, log axes.
 
-Kept apart from the figure functions (plots.py) so each reads as "what is drawn".
+Kept apart from the figure functions (plots.py, federated_plots.py) so each reads as "what is drawn".
 """
 from __future__ import annotations
 
@@ -303,6 +303,18 @@ def quality_axis(ax, metric: str) -> None:
     ax.set_ylabel(QUALITY_LABELS.get(metric, metric))
     if metric == "accuracy":
         ax.yaxis.set_major_formatter(TickPercent())
+
+
+def per_series_seeds(frame: pd.DataFrame) -> list[int]:
+    """Seeds behind each series of a curve figure (distinct seeds per series)."""
+    return list(frame.groupby("series")["seed"].nunique()) if "series" in frame else []
+
+
+def seed_counts(curves: pd.DataFrame) -> str:
+    """The number of seeds each series of a figure rests on, e.g. '5' or '3-5'."""
+    counts = curves.groupby("series")["seed"].nunique() if "series" in curves else pd.Series(dtype=int)
+    return "-" if counts.empty else (f"{counts.min()}" if counts.min() == counts.max()
+                                     else f"{counts.min()}-{counts.max()}")
 
 
 def seeds_text(counts) -> str:

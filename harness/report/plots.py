@@ -25,8 +25,8 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.ticker import MaxNLocator
 
 from harness.report.figkit import (BOUNDS, QUALITY_LABELS, PlotLog, dodge, draw_series, error_bars, finish, horizon_text,
-                                   in_order, legend, legend_room, log_axis, models_text, quality_axis, seeds_text,
-                                   styles_of, title, with_series, xlabel)
+                                   in_order, legend, legend_room, log_axis, models_text, per_series_seeds, quality_axis,
+                                   seed_counts, seeds_text, styles_of, title, with_series, xlabel)
 from harness.report.figkit import Figure  # noqa: F401  (re-exported: plots.Figure)
 from harness.report.metrics import synchronous
 from harness.report.rowkit import constant_links
@@ -46,8 +46,7 @@ CARRIES = {   # the claim each main figure carries (summary.md shows these first
 }
 
 __all__ = ["Figure", "PlotLog", "plot_frontier", "plot_quality_vs_bytes", "plot_quality_vs_time", "plot_speedup_vs_rate",
-           "plot_bytes_vs_rank", "plot_spar_ranks", "plot_federated_rounds", "plot_federated_uplink",
-           "plot_federated_ablations", "plot_snr"]
+           "plot_bytes_vs_rank", "plot_spar_ranks", "plot_snr"]   # the federated figures: federated_plots.py
 
 
 def _value(row, name: str, default=None):
@@ -120,11 +119,6 @@ def _updates(frame: pd.DataFrame) -> str:
     return ""
 
 
-def _per_series_seeds(frame: pd.DataFrame) -> list[int]:
-    """Seeds behind each series of a curve figure (distinct seeds per series)."""
-    return list(frame.groupby("series")["seed"].nunique()) if "series" in frame else []
-
-
 def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str, xtext: str,
                          scale: float, logx: bool, kind: str, what: str) -> None:
     if curves.empty or curves["quality"].notna().sum() == 0:
@@ -146,7 +140,7 @@ def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x
                 ax.set_title(link)
             xlabel(fig, axes, xtext)
             quality_axis(axes[0], metric)
-            title(fig, scenario, backend, models_text(group.get("model", [])), seeds_text(_per_series_seeds(group)),
+            title(fig, scenario, backend, models_text(group.get("model", [])), seeds_text(per_series_seeds(group)),
                   _updates(group))
             legend(fig, axes, order=list(styles))
             name = slug(kind, scenario, backend, task)
@@ -154,7 +148,7 @@ def _onpolicy_curve_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x
                       if other_budgets else "")
             caption = (f"{QUALITY_LABELS.get(metric, metric)} vs {what}, task {task}; scenario {scenario}, "
                        f"backend {backend}; one panel per link; mean over seeds at each evaluation "
-                       f"(band: 95% t-interval; seeds per series: {_seed_counts(group)})." + others
+                       f"(band: 95% t-interval; seeds per series: {seed_counts(group)})." + others
                        + borrowed_note(group))
             finish(log, fig, out_dir, name, caption, CARRIES.get(kind, ""))
 
@@ -224,13 +218,6 @@ def plot_speedup_vs_rate(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> Non
                        "speedups (paired runs), mean with 95% t-interval error bars; seeds per point: "
                        f"{', '.join(sorted(set(str(int(n)) for n in group['seeds'])))}." + others)
             finish(log, fig, out_dir, name, caption, CARRIES["speedup_vs_rate"])
-
-
-def _seed_counts(curves: pd.DataFrame) -> str:
-    """The number of seeds each series of a figure rests on, e.g. '5' or '3-5'."""
-    counts = curves.groupby("series")["seed"].nunique() if "series" in curves else pd.Series(dtype=int)
-    return "-" if counts.empty else (f"{counts.min()}" if counts.min() == counts.max()
-                                     else f"{counts.min()}-{counts.max()}")
 
 
 def plot_frontier(hilo: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
@@ -430,142 +417,6 @@ def plot_spar_ranks(rows: pd.DataFrame, out_dir: Path, log: PlotLog) -> None:
             caption = (f"Spar's rank per gradient matrix over updates (grey: not sent), run {first['run_id']} "
                        f"({link_text(first['rate_mbit'], trace)}); scenario {scenario}, backend {backend}.")
             finish(log, fig, out_dir, name, caption)
-
-
-FED_ATTRS = ["optimizer", "lr_rule", "a_variance", "resample_every", "aggregation", "rounds", "ranks",
-             "trace"]   # what an ablation changes (those tables.spra holds)
-LR_RULES = {"linear": "rank-aware lr", "const": "constant lr", "sqrt": "square-root lr"}
-A_VARIANCE = {"rank": "A's variance 1/r", "ref": "A's variance 1/r_ref"}
-
-
-def _attr_words(name: str, value) -> str:
-    if name == "optimizer":
-        return {"adamw": "AdamW", "sgd": "SGD"}.get(str(value), str(value))
-    if name == "lr_rule":
-        return LR_RULES.get(str(value), f"{value} lr")
-    if name == "a_variance":
-        return A_VARIANCE.get(str(value), f"A's variance {value}")
-    if name == "resample_every":
-        every = int(float(value))
-        return "A never resampled" if every == 0 else "A resampled every round" if every == 1 else \
-            f"A resampled every {every} rounds"
-    if name == "ranks":
-        ranks = [r for r in str(value).replace(" ", "").split(",") if r]
-        return f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {value}"
-    if name == "trace":
-        return f"on the {trace_text(str(value))}"
-    if name == "aggregation":
-        return {"product": "product aggregation", "column": "per-column aggregation"}.get(str(value),
-                                                                                           f"{value} aggregation")
-    if name == "rounds":
-        return f"{int(float(value))} rounds"
-    return f"{name} {value}"
-
-
-def federated_labels(group: pd.DataFrame, configs: pd.DataFrame | None) -> dict[str, str]:
-    """Legend text per variant in words: the method ('SPRA'), and for an ablation what it changes
-    from the method's own variant (the one named after the method): 'SPRA, constant lr'."""
-    variants = group.drop_duplicates("variant").set_index("variant")
-    attrs = pd.DataFrame(index=variants.index)
-    if configs is not None and len(configs):
-        found = configs.drop_duplicates("variant").set_index("variant")
-        for a in FED_ATTRS:
-            if a in found:
-                attrs[a] = found[a].reindex(attrs.index)
-    for a in ("ranks", "trace"):
-        if a in variants and (a not in attrs or attrs[a].isna().all()):
-            attrs[a] = variants[a]
-    out = {}
-    for v, row in variants.iterrows():
-        base = label(row["method"])
-        ref = attrs.loc[row["method"]] if row["method"] in attrs.index and v != row["method"] else None
-        changed = [] if ref is None else [
-            _attr_words(a, attrs.at[v, a]) for a in attrs.columns
-            if str(attrs.at[v, a]) != str(ref[a]) and not (pd.isna(attrs.at[v, a]) and pd.isna(ref[a]))
-            and not pd.isna(attrs.at[v, a])]
-        out[v] = ", ".join([base, *changed]) if changed or ref is None else f"{base} [{v}]"
-    return out
-
-
-def canonical(group: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Each method's own variant (named after the method; a method without one keeps its variants
-    on constant links); returns those rows and the other variants (the ablations)."""
-    own = group["variant"] == group["method"]
-    has_own = set(group.loc[own, "method"])
-    trace = group["trace"] if "trace" in group else pd.Series([np.nan] * len(group), index=group.index)
-    constant = trace.isna() | trace.astype(str).isin(["", "nan"])
-    keep = own | (~group["method"].isin(has_own) & constant)
-    return group[keep], sorted(set(group.loc[~keep, "variant"]))
-
-
-def _federated_plot(curves: pd.DataFrame, out_dir: Path, log: PlotLog, *, x: str, xtext: str,
-                    scale: float, logx: bool, kind: str, what: str, configs: pd.DataFrame | None = None,
-                    ablations: bool = False) -> None:
-    """One figure per scenario and backend: each method's own variant, or (``ablations``) every
-    variant of the methods that have ablations, each labelled by what it changes."""
-    if curves.empty or curves["accuracy"].notna().sum() == 0:
-        log.skip(kind, "no federated run recorded accuracy")
-        return
-    for (scenario, backend), group in curves.groupby(["scenario", "backend"], sort=True):
-        group = group.dropna(subset=["accuracy"]).rename(columns={"round": "step"})
-        if logx and not (group[x] > 0).any():
-            log.skip(f"{kind} {scenario}/{backend}", "no uplink bytes recorded")
-            continue
-        main, others = canonical(group)
-        if ablations:
-            methods = set(group.loc[group["variant"].isin(others), "method"])
-            if not methods:
-                log.skip(f"{kind} {scenario}/{backend}", "no method has an ablation (a variant not named after it)")
-                continue
-            group = group[group["method"].isin(methods)]
-        else:
-            group = main
-        words = federated_labels(group, configs)
-        group = with_series(group, ["variant", "method", "ranks"], lambda r: words[r.variant], lambda r: r.method)
-        with styled():
-            styles = styles_of(group)
-            fig, (ax,) = figure(1, height=2.1 + legend_room(list(styles), 1))
-            draw_series(ax, group, x, "accuracy", scale, styles, positive_x=logx, bounds=BOUNDS["accuracy"])
-            if logx:
-                log_axis(ax, "x")
-            ax.set_xlabel(xtext)
-            quality_axis(ax, "accuracy")
-            title(fig, scenario, backend, models_text(group.get("model", [])), seeds_text(_per_series_seeds(group)),
-                  horizon_text([group["step"].max()], "rounds"))
-            legend(fig, [ax])
-            name = slug(kind, scenario, backend)
-            ranks = ", ".join(sorted(set(group["ranks"].astype(str))))
-            left = (f" Ablations ({', '.join(others)}): the fed_ablations figure and tables/spra.csv."
-                    if others and not ablations else "")
-            caption = (f"Federated held-out accuracy vs {what}; client ranks {ranks}; scenario {scenario}, "
-                       f"backend {backend}; mean over seeds (band: 95% t-interval; seeds per series: "
-                       f"{_seed_counts(group)})." + left)
-            finish(log, fig, out_dir, name, caption, "" if ablations else CARRIES.get(kind, ""))
-
-
-def plot_federated_rounds(curves: pd.DataFrame, out_dir: Path, log: PlotLog,
-                          configs: pd.DataFrame | None = None) -> None:
-    """Federated accuracy vs communication round, each method's own variant."""
-    _federated_plot(curves, out_dir, log, x="step", xtext="Round", scale=1.0, logx=False,
-                    kind="fed_accuracy_vs_rounds", what="communication rounds", configs=configs)
-
-
-def plot_federated_uplink(curves: pd.DataFrame, out_dir: Path, log: PlotLog,
-                          configs: pd.DataFrame | None = None) -> None:
-    """Federated accuracy vs cumulative uplink payload of all clients (MB, log x), each method's own variant."""
-    _federated_plot(curves, out_dir, log, x="cum_uplink_bytes", xtext="Cumulative uplink payload, all clients (MB)",
-                    scale=1e6, logx=True, kind="fed_accuracy_vs_uplink", what="cumulative uplink bytes",
-                    configs=configs)
-
-
-def plot_federated_ablations(curves: pd.DataFrame, out_dir: Path, log: PlotLog,
-                             configs: pd.DataFrame | None = None) -> None:
-    """Federated accuracy vs round of every variant of a method with ablations (SPRA's lr rules,
-    A's variance, resampling, optimizer, ranks, traces), labelled by what each changes (``configs``:
-    tables.spra, which holds those settings per variant)."""
-    _federated_plot(curves, out_dir, log, x="step", xtext="Round", scale=1.0, logx=False, kind="fed_ablations",
-                    what="communication rounds, every variant of the methods with ablations", configs=configs,
-                    ablations=True)
 
 
 def short_module_name(name: str) -> str:

@@ -188,7 +188,7 @@ def test_federated_figures_show_each_method_and_ablations_in_words(built):
 
 
 def test_federated_ablations_are_named_by_what_they_change():
-    from harness.report.plots import federated_labels
+    from harness.report.federated_plots import federated_labels
     spra = {"method": "spra", "ranks": "64,32", "trace": float("nan")}
     curves = pd.DataFrame([{**spra, "variant": v} for v in ("spra", "spra_const_lr", "spra_t1", "spra_equal_uplink")]
                           + [{"variant": "fedit", "method": "fedit", "ranks": "64,32", "trace": "lte_uplink"}])
