@@ -27,6 +27,7 @@
 
 # %%
 from harness.report import build_tables, collect
+from harness.report import federated_plots as F
 from harness.report import plots as P
 from harness.report.claims import SPECS, claims_frame
 from harness.report.metrics_federated import federated_curves
@@ -66,7 +67,7 @@ if len(tables.spra):
 log = P.PlotLog()
 curves = federated_curves(coll.rows)
 out = RESULTS / "plots"
-P.plot_federated_rounds(curves, out, log)
-P.plot_federated_uplink(curves, out, log)
+F.plot_federated_rounds(curves, out, log)
+F.plot_federated_uplink(curves, out, log)
 P.plot_snr(tables.snr, out, log)
 show_figures(log)
