@@ -50,8 +50,8 @@ TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's 
 # its steps' sum: on-policy distillation,
 # the patch, SPRA vs its baselines with SGD and AdamW and its own claims, hilo_wide, the compressor table at
 # LLM shapes, the sparsity measurement, the SNR study, their report in results/). Optional steps (OPTIONAL
-# below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT and FFA-LoRA on SmolLM2,
-# 3 seeds), hilo_real_timing (full sync and HiLo+Spar at 5 Mbit/s, the patch at 10 and 5 Mbit/s, 2 updates
+# below, by name: python -m harness.bench --only NAME ...): spra_real (SPRA, FedIT, FFA-LoRA and SPRA's two
+# ablations on SmolLM2, 5 seeds), hilo_real_timing (full sync and HiLo+Spar at 5 Mbit/s, the patch at 10 and 5 Mbit/s, 2 updates
 # each, on an idle machine), hilo_real_seeds (seeds 3 and 4), hilo_real_lowrank (low-rank r=1, 3 seeds), the tiny model's frontier, overlap, link traces, horizon, Spar's
 # allocation and SPRA's ablations and population. --full runs every variant of every scenario at seeds 0-4:
 # hours. --quick: the pipeline end to end (hilo_real's full sync and HiLo+Spar at seed 0, runs the reference
@@ -128,9 +128,10 @@ TINY = (
 POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population", TOY_RUNS, THREE_SEEDS),
                   "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client "
                   "links, a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,))
-SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, THREE_SEEDS),
-                 "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct (chat SFT on operands 0..20, ranks "
-                 "16/8/4/2, 64 held-out prompts: the design its tuning used), 3 seeds")
+SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, POWERED_SEEDS),
+                 "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct, with SPRA's constant-rate and "
+                 "no-resampling ablations (chat SFT on operands 0..50, ranks 16/8/4/2, 512 held-out prompts), "
+                 "5 seeds: the powered design (docs/federated.md \"spra_real\")")
 # The real model's powered comparisons (python -m harness.power on the 3-seed pilot: docs/onpolicy.md): optional
 # steps whose complete runs the committed reference includes (results/real/REFERENCE.json "optional").
 REAL_POWERED = (
