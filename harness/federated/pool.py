@@ -106,7 +106,7 @@ def serve(ctx: Any, party: Party, method: Method) -> None:
     s, pop, ch = srv.s, srv.pop, ctx.channel
     clients_rec = Recorder(ctx.run_dir, dict(ctx.recorder.keys), "population")
     t_eval = time.perf_counter()
-    ctx.recorder.row(0, rank=s.r_max, **srv.evaluate(0, ctx.recorder), eval_s=time.perf_counter() - t_eval)
+    ctx.recorder.row(0, rank=s.r_max, **srv.evaluate(0, ctx.recorder, ctx.progress), eval_s=time.perf_counter() - t_eval)
     for t in range(s.rounds):
         wire0 = open_round(ctx, srv, method, t)
         sampled = pop.sample(t)
@@ -134,7 +134,7 @@ def serve(ctx: Any, party: Party, method: Method) -> None:
         row: dict[str, Any] = {}
         if s.evaluates(t):
             t_eval = time.perf_counter()
-            row.update(srv.evaluate(t + 1, ctx.recorder), eval_s=time.perf_counter() - t_eval)
+            row.update(srv.evaluate(t + 1, ctx.recorder, ctx.progress), eval_s=time.perf_counter() - t_eval)
         wire1 = ctx.wire()
         names = {status: [f"client{r['client']}" for r in recs if r["status"] == status]
                  for status in ("finished", "late", "failed")}

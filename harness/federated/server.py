@@ -95,15 +95,16 @@ class Server:
         return {k + 1: DownMsg(self.s.rounds, False, last_up_s=self.last_up_s[k]).to_bytes(self.names)
                 for k in self.alive}
 
-    def evaluate(self, step: int, recorder: Any = None) -> dict[str, float]:
+    def evaluate(self, step: int, recorder: Any = None, progress: Any = None) -> dict[str, float]:
         """The held-out metrics of the aggregated model; its per-prompt records go to ``recorder.prompts``
-        (view ``server``; ``step`` 0 is the evaluation before round 1, round t's is t + 1)."""
+        (view ``server``; ``step`` 0 is the evaluation before round 1, round t's is t + 1). ``progress``
+        is called as the evaluation goes (the role's ``ctx.progress``: a long evaluation is not a hang)."""
         deltas = {n: self.method.delta(n) for n in self.names}
         task = self.party.task
         with self.party.adapter.evaluating(deltas) as model:
             if not hasattr(task, "evaluate_prompts"):    # a task that keeps no per-prompt records
                 return dict(task.evaluate(model))
-            metrics, frame = task.evaluate_prompts(model)
+            metrics, frame = task.evaluate_prompts(model, progress=progress)
         if recorder is not None and hasattr(recorder, "prompts"):
             recorder.prompts(step, frame, "server")
         return dict(metrics)
@@ -182,7 +183,7 @@ def run(ctx: Any, party: Party, method: Method) -> None:
     s, ch = srv.s, ctx.channel
     ranks = list(s.ranks)
     t_eval = time.perf_counter()
-    ctx.recorder.row(0, rank=s.r_max, ranks=ranks, **srv.evaluate(0, ctx.recorder), eval_s=time.perf_counter() - t_eval)
+    ctx.recorder.row(0, rank=s.r_max, ranks=ranks, **srv.evaluate(0, ctx.recorder, ctx.progress), eval_s=time.perf_counter() - t_eval)
     for t in range(s.rounds):
         wire0 = open_round(ctx, srv, method, t)
         selected = s.selected(t, srv.alive)
@@ -202,7 +203,7 @@ def run(ctx: Any, party: Party, method: Method) -> None:
         row: dict[str, Any] = {}
         if s.evaluates(t):
             t_eval = time.perf_counter()
-            row.update(srv.evaluate(t + 1, ctx.recorder), eval_s=time.perf_counter() - t_eval)
+            row.update(srv.evaluate(t + 1, ctx.recorder, ctx.progress), eval_s=time.perf_counter() - t_eval)
         wire1 = ctx.wire()
         straggler = max(done.client_s, key=done.client_s.get) if done.client_s else None
         ctx.recorder.row(

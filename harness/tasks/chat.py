@@ -507,16 +507,16 @@ class ChatSFTTask:
         return self.evaluate_prompts(model)[0]
 
     @torch.no_grad()
-    def evaluate_prompts(self, model) -> tuple[dict[str, float], pd.DataFrame]:
+    def evaluate_prompts(self, model, progress=None) -> tuple[dict[str, float], pd.DataFrame]:
         """(eval_loss, accuracy and answer_logprob, one row per held-out problem): greedy completions and
         the teacher-forced log-probability [nats] of the SFT label (``task.chat.sft_target``, then eos) by
-        harness.tasks.chat_eval."""
+        harness.tasks.chat_eval. ``progress`` is called after each batch of prompts (the server's heartbeat)."""
         eval_loss = float(sft_loss_shared_prefix(model, self.eval_batch))
         p = self.eval_problems
         rows = [self.chat.ids(a, o, b) for a, o, b in zip(p.a.tolist(), p.op.tolist(), p.b.tolist())]
         labels = [self.tok.encode(t) + [self.tok.eos_id] for t in self.spec.target_text(p)]
         out = greedy_scored(model, rows, labels, self.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
-                            batch=int(self.cfg.eval_batch))
+                            batch=int(self.cfg.eval_batch), on_batch=progress)
         ended = ((out.completions == self.tok.eos_id) & out.mask).any(1)
         texts = self.tok.batch_decode(torch.where(out.mask, out.completions, self.tok.pad_id))
         got = [last_integer(t) for t in texts]

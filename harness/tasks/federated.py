@@ -182,9 +182,9 @@ class FederatedTask:
         return self.evaluate_prompts(model, chunk)[0]
 
     @torch.no_grad()
-    def evaluate_prompts(self, model, chunk: int = 256) -> tuple[dict[str, float], pd.DataFrame]:
+    def evaluate_prompts(self, model, chunk: int = 256, progress=None) -> tuple[dict[str, float], pd.DataFrame]:
         """(eval_loss and greedy accuracy, one row per held-out problem: correct, ended and the answer's
-        teacher-forced log-probability ``answer_logprob`` [nats])."""
+        teacher-forced log-probability ``answer_logprob`` [nats]); ``progress`` is called after each chunk."""
         eval_loss = float(sft_loss(model, self.eval_batch))
         prompts = encode_prompts(self.tok, self.lang, self.eval_problems)
         ok, ended = [], []
@@ -194,6 +194,8 @@ class FederatedTask:
                                      eos_id=self.tok.eos_id, pad_id=self.tok.pad_id)
             ok.append(correct(self.tok, self.lang, p, comp, mask))
             ended.append(((comp == self.tok.eos_id) & mask).any(1))
+            if progress is not None:
+                progress()
         hits = torch.cat(ok)
         answers = [self.tok.encode(t) + [self.tok.eos_id] for t in self.lang.answer_text(self.eval_problems)]
         score = _answer_logprob_plain(model, prompts, prompt_attention(self.tok, prompts), answers, self.tok.pad_id)

@@ -79,8 +79,10 @@ class TinyTask:
             loss = float(sft_loss(model, self.eval_batch))
         return {"eval_loss": loss, "accuracy": 0.0}
 
-    def evaluate_prompts(self, model) -> tuple[dict[str, float], pd.DataFrame]:
+    def evaluate_prompts(self, model, progress=None) -> tuple[dict[str, float], pd.DataFrame]:
         """As FederatedTask.evaluate_prompts (what the server calls): the metrics and one record per prompt."""
+        if progress is not None:
+            progress()
         return self.evaluate(model), pd.DataFrame({"prompt": range(len(self.eval_batch["input_ids"]))})
 
 

@@ -129,3 +129,23 @@ def test_chat_sft_task_loss_and_eval_use_the_shared_prefix():
         got = task.loss(model, batch)
         assert set(task.evaluate(model)) == {"eval_loss", "accuracy", "answer_logprob"}
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-3)
+
+
+def test_chat_sft_evaluation_reports_progress_after_each_batch():
+    """The federated server's evaluation of 512 prompts outlasts a run's hang limit (180 s) on 2 cores:
+    the task calls ``progress`` (the server's heartbeat) after each batch, so a long evaluation is not a hang."""
+    from dataclasses import asdict
+
+    from harness.conf.schema import TaskConfig
+    from harness.tasks import build_federated
+
+    ctok = Tokenizer(chat_tokenizer())
+    cfg = asdict(TaskConfig())
+    cfg.update(format="chat", name="federated", eval_prompts=7, eval_batch=3, examples=64, batch_size=4,
+               max_new_tokens=3)
+    task = build_federated(cfg, ctok, 2, seed=0)
+    model = chat_model(ctok.vocab_size, seed=5)
+    calls = []
+    metrics, frame = task.evaluate_prompts(model, progress=lambda: calls.append(len(calls)))
+    assert len(frame) == 7 and len(calls) == 3                     # batches of 3, 3 and 1
+    assert metrics == task.evaluate_prompts(model)[0]              # the callback changes nothing measured
