@@ -32,6 +32,11 @@ ran), and the server writes one ``population`` row per sampled client and round 
 - ``virtual_round_s`` [s]: mean of the server's ``virtual_round_s`` (the deadline when a client
   was late, else the slowest finished client), the population's round time; its ``round_s`` is
   the wall clock of the executors' serial work.
+
+- ``run_wall_s`` [s]: the run's wall clock from launch to end (run.json); ``rounds_s_total`` and
+  ``eval_s_total`` [s]: the sums of the server's ``round_s`` (a round: downlink, the clients' local
+  steps, uplink) and its evaluations' ``eval_s`` (the one before round 1 included): what a seed costs
+  and where it goes (the rest is start-up and aggregation).
 """
 from __future__ import annotations
 
@@ -126,6 +131,10 @@ def federated_run(rows: pd.DataFrame) -> dict[str, Any]:
         "accuracy": accuracy.iloc[-1] if len(accuracy) else np.nan,
         "eval_loss": col(server, "eval_loss").dropna().iloc[-1] if col(server, "eval_loss").notna().any() else np.nan,
         "in_sync_frac": sync.mean() if len(sync := in_sync(rows, server, "client")) else np.nan,
+        # where a run's time goes (the cost of a seed): its rounds, the server's evaluations, the rest (start-up)
+        "run_wall_s": first(server, "run_wall_s"),
+        "rounds_s_total": col(server, "round_s").sum(),
+        "eval_s_total": col(server, "eval_s").fillna(0).sum(),
         **population_run(rows, server),
     }
 

@@ -112,31 +112,42 @@ def _unjudged_list(unjudged: list[dict]) -> list[str]:
 
 
 def cost_section(tables: Tables) -> list[str]:
-    """What a seed costs: per on-policy configuration, the mean wall time of one run and its share in
-    updates and in evaluation (the rest is start-up: processes, models, links)."""
-    runs = tables.hilo_runs
-    need = {"run_wall_s", "updates_s_total", "eval_s_total"}
-    if runs.empty or not need <= set(runs.columns) or not runs["run_wall_s"].notna().any():
+    """What a seed costs: per configuration, the mean wall time of one run and its share in updates (an
+    on-policy run's) or rounds (a federated run's) and in evaluation (the rest is start-up: processes,
+    models, links)."""
+    need = {"run_wall_s", "eval_s_total"}
+    parts = [(runs, work) for runs, work in ((tables.hilo_runs, "updates_s_total"), (tables.spra_runs, "rounds_s_total"))
+             if not runs.empty and need | {work} <= set(runs.columns) and runs["run_wall_s"].notna().any()]
+    if not parts:
         return []
     out = ["## What a seed costs", "",
            "Per configuration, the mean over its runs of one run's wall time (launch to end, run.json), the share "
-           "spent in updates and in held-out evaluation (the learner's rows), the rest being start-up (processes, "
+           "spent in updates (on-policy: the learner's rows) or rounds (federated: the server's, each a downlink, "
+           "the clients' local steps and an uplink) and in held-out evaluation, the rest being start-up (processes, "
            "model loading, links). Evaluation is kept under a fifth of a run where it can be.", ""]
     rows = []
-    for (scenario, backend, variant), g in runs.groupby(["scenario", "backend", "variant"], sort=True):
-        wall = pd.to_numeric(g["run_wall_s"], errors="coerce")
-        if not wall.notna().any():
-            continue
-        upd, ev = pd.to_numeric(g["updates_s_total"], errors="coerce"), pd.to_numeric(g["eval_s_total"], errors="coerce")
-        rows.append({"scenario": scenario, "backend": backend, "variant": variant, "n": int(wall.notna().sum()),
-                     "wall": f"{wall.mean() / 60:.1f} min", "updates": f"{(upd / wall).mean():.0%}",
-                     "evaluation": f"{(ev / wall).mean():.0%}"})
+    for runs, work in parts:
+        rows += _cost_rows(runs, work)
     if not rows:
         return []
     frame = pd.DataFrame(rows)
     return out + [markdown_table(frame, [("scenario", "scenario", str), ("backend", "backend", str),
                                          ("variant", "variant", str), ("runs", "n", str), ("wall per run", "wall", str),
-                                         ("updates", "updates", str), ("evaluation", "evaluation", str)]), ""]
+                                         ("updates or rounds", "updates", str), ("evaluation", "evaluation", str)]), ""]
+
+
+def _cost_rows(runs: pd.DataFrame, work: str) -> list[dict]:
+    """cost_section's rows of one runs table (``work``: its column of training seconds per run)."""
+    rows = []
+    for (scenario, backend, variant), g in runs.groupby(["scenario", "backend", "variant"], sort=True):
+        wall = pd.to_numeric(g["run_wall_s"], errors="coerce")
+        if not wall.notna().any():
+            continue
+        upd, ev = pd.to_numeric(g[work], errors="coerce"), pd.to_numeric(g["eval_s_total"], errors="coerce")
+        rows.append({"scenario": scenario, "backend": backend, "variant": variant, "n": int(wall.notna().sum()),
+                     "wall": f"{wall.mean() / 60:.1f} min", "updates": f"{(upd / wall).mean():.0%}",
+                     "evaluation": f"{(ev / wall).mean():.0%}"})
+    return rows
 
 
 def _group(where: object, model: object) -> str:

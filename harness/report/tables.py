@@ -56,7 +56,8 @@ SPRA_EXTRA = ["scenario", "backend", "model", "variant", "task", "rate_mbit", "d
               "client_flops", "client_adapter_flops", "adapter_frac_vs_fedit", "forward_s", "backward_s", "eval_loss",
               "seeds", "seed_list", "loaded_runs",
               "rebuilt_base_runs", "load_notes", "base_sha256",
-              "rounds", "uplink_bytes_total", "in_sync_frac", "command", *POPULATION_METRICS]
+              "rounds", "uplink_bytes_total", "in_sync_frac", "command", *POPULATION_METRICS,
+              "run_wall_s", "rounds_s_total", "eval_s_total"]
 SWEEP_COLUMNS = ["rate_mbit", "rank", "method", "compressor", "speedup", "bytes_frac", "quality"]
 SWEEP_EXTRA = ["scenario", "backend", "model", "task", "variant", "ref_rank", "budget_frac", "delay_ms", "update_s",
                "quality_retained", "seeds", "loaded_runs"]
