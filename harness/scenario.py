@@ -31,6 +31,7 @@ from harness.sweeplabel import existing_run_dir, label, labelled, sweep_values
 
 RUN_CONTROL = ("out_dir", "resume", "progress", "variants", "only", "run_id", "seeds")
 DEFAULT_PLACEMENT = {"source": "star", "hostfile": None, "pin": True, "mtu": 1400}
+LATER_KEYS = {"federated": {"eval_base": True}}   # keys added later: hashed only when not at these
 
 
 @dataclass
@@ -89,6 +90,11 @@ def run_id_of(cfg: DictConfig, variant: str, backend: str | None = None) -> str:
         plain.pop(key, None)
     if plain.get("placement") == DEFAULT_PLACEMENT:     # the one-host star: ids as before placement existed
         plain.pop("placement")
+    for group, defaults in LATER_KEYS.items():          # ids as before these keys existed, at their defaults
+        section = plain.get(group)
+        for key, value in defaults.items():
+            if isinstance(section, dict) and key in section and section[key] == value:
+                section.pop(key)
     if backend and isinstance(plain.get("net"), dict) and plain["net"].get("backend") == "auto":
         plain["net"]["backend"] = backend
     digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]

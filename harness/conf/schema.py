@@ -189,6 +189,7 @@ class FederatedConfig:
     lr: float = 1e-3                 # eta_ref at r_ref
     r_ref: Optional[int] = None      # None: max of ranks
     eval_every: int = 2
+    eval_base: bool = True           # the server also evaluates before round 1 (the base model: every method starts at B = 0)
     drop_policy: str = "fail"        # fail | continue (a dead client is dropped from the round)
     optimizer: str = "sgd"           # client optimizer, fresh each round: sgd | adamw
     momentum: float = 0.0            # sgd momentum (0: plain SGD, what the SPRA analysis assumes)

@@ -39,7 +39,7 @@ from harness.federated.methods import Method, Update
 from harness.federated.party import Party, build_party
 from harness.federated.population import assign
 from harness.federated.relink import specs, take_link, use_link
-from harness.federated.server import ClientFailed, Server, open_round
+from harness.federated.server import ClientFailed, Server, first_row, open_round
 from harness.record import Recorder
 
 
@@ -105,8 +105,7 @@ def serve(ctx: Any, party: Party, method: Method) -> None:
     srv = PoolServer(party, method)
     s, pop, ch = srv.s, srv.pop, ctx.channel
     clients_rec = Recorder(ctx.run_dir, dict(ctx.recorder.keys), "population")
-    t_eval = time.perf_counter()
-    ctx.recorder.row(0, rank=s.r_max, **srv.evaluate(0, ctx.recorder, ctx.progress), eval_s=time.perf_counter() - t_eval)
+    first_row(ctx, srv)
     for t in range(s.rounds):
         wire0 = open_round(ctx, srv, method, t)
         sampled = pop.sample(t)

@@ -178,12 +178,21 @@ def open_round(ctx: Any, srv, method: Method, t: int):
     return wire0
 
 
+def first_row(ctx: Any, srv, **keys: Any) -> None:
+    """Row 0 of any server (this loop, pool.py's): the evaluation before round 1 with its ``eval_s``
+    (``federated.eval_base``), else row 0 with ``keys`` alone."""
+    metrics: dict[str, Any] = {}
+    if srv.s.eval_base:
+        t_eval = time.perf_counter()
+        metrics = {**srv.evaluate(0, ctx.recorder, ctx.progress), "eval_s": time.perf_counter() - t_eval}
+    ctx.recorder.row(0, rank=srv.s.r_max, **keys, **metrics)
+
+
 def run(ctx: Any, party: Party, method: Method) -> None:
     srv = Server(party, method)
     s, ch = srv.s, ctx.channel
     ranks = list(s.ranks)
-    t_eval = time.perf_counter()
-    ctx.recorder.row(0, rank=s.r_max, ranks=ranks, **srv.evaluate(0, ctx.recorder, ctx.progress), eval_s=time.perf_counter() - t_eval)
+    first_row(ctx, srv, ranks=ranks)
     for t in range(s.rounds):
         wire0 = open_round(ctx, srv, method, t)
         selected = s.selected(t, srv.alive)

@@ -50,6 +50,7 @@ class Settings:
     population: fpop.PopulationPlan | None = None   # set: `clients` simulated clients run by executors
     aggregation: str = "column"      # spra/ffa: B's column average (column) or sum_k p_k dW_k (product)
     reference: str = ""              # the method the report compares this run with (the one declaring report_reference)
+    eval_base: bool = True           # the server evaluates before round 1 too (step 0)
 
     @property
     def self_prunes(self) -> bool:
@@ -158,5 +159,5 @@ def from_cfg(cfg: Mapping[str, Any]) -> Settings:
         fault_drop_round=int(fed["fault_drop_round"]), fault_drop_client=int(fed["fault_drop_client"]),
         isolate_compute=bool(fed["isolate_compute"]), a_variance=a_variance,
         prune_gamma=gamma, prune_lambda=lam, population=population, aggregation=aggregation,
-        reference=reference(),
+        reference=reference(), eval_base=bool(fed.get("eval_base", True)),
     )

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from harness.federated.methods import METHODS
@@ -33,6 +34,23 @@ def test_every_method_runs_and_stays_in_sync(method, tmp_path):
     # every party ends with the same base once it has applied every merge it was sent
     sums = {p.adapter.base_checksum() for p in parties.values()}
     assert len(sums) == (1 if method != "flora" else 2)           # flora: the last stack is not sent
+
+
+def test_eval_base_false_skips_the_evaluation_before_round_1_and_nothing_else(tmp_path):
+    """federated.eval_base=false: row 0 carries no held-out metrics (every method starts at B = 0, the
+    base model, so spra_real measures it once, not in each of its runs); the rounds and their
+    evaluations are those of the default run, value for value (the payloads' sizes jitter by a few bytes
+    with the timings they carry, so they are not compared)."""
+    run_in_threads(config("spra"), tmp_path / "with")
+    run_in_threads(config("spra", eval_base=False), tmp_path / "without")
+    rows = {k: read_rows(tmp_path / k) for k in ("with", "without")}
+    server = {k: r[r.role == "server"].sort_values("step").reset_index(drop=True) for k, r in rows.items()}
+    assert server["with"].eval_loss.notna().tolist() == [True, False, True, False, True]
+    assert server["without"].eval_loss.notna().tolist() == [False, False, True, False, True]
+    assert "eval_s" not in server["without"].columns or pd.isna(server["without"].eval_s.iloc[0])
+    for column in ("eval_loss", "accuracy"):                      # the same trajectory, bit for bit
+        assert server["with"][column].iloc[1:].tolist() == pytest.approx(
+            server["without"][column].iloc[1:].tolist(), nan_ok=True, rel=0, abs=0)
 
 
 def test_uplink_of_frozen_a_is_b_only(tmp_path):
