@@ -144,8 +144,9 @@ class Channel:
     def send(self, dst: int, data: bytes, tag: str) -> Transfer:
         """Send ``data`` to ``dst``; returns the sender's Transfer."""
         self._check_peer(dst)
-        ideal = self.links.ideal_s([Flow(self.rank, dst, len(data))], at=time.time())[0]
-        transfer = self._send_one(dst, _as_tensor(data), tag, ideal)
+        at = time.time()
+        ideal = self.links.ideal_s([Flow(self.rank, dst, len(data))], at=at)[0]
+        transfer = self._send_one(dst, _as_tensor(data), tag, ideal, at)
         self.transfers.append(transfer)
         return transfer
 
@@ -162,8 +163,9 @@ class Channel:
             if data is None:
                 raise ValueError("broadcast: the hub must pass the bytes to send, got None")
             tensor = _as_tensor(data)
-            ideals = self.links.ideal_s([Flow(self.hub, r, len(data)) for r in self.nodes], at=time.time())
-            jobs = [(lambda r=r, i=i: self._send_one(r, tensor, tag, i)) for r, i in zip(self.nodes, ideals)]
+            at = time.time()
+            ideals = self.links.ideal_s([Flow(self.hub, r, len(data)) for r in self.nodes], at=at)
+            jobs = [(lambda r=r, i=i: self._send_one(r, tensor, tag, i, at)) for r, i in zip(self.nodes, ideals)]
             transfers = self._concurrent(jobs)
             self.transfers.extend(transfers)
             return data, transfers
@@ -177,8 +179,9 @@ class Channel:
             if data is None or set(data) - {self.hub} != set(self.nodes):
                 have = sorted(data) if data is not None else None
                 raise ValueError(f"scatter: the hub must pass one payload per node rank {self.nodes}, got {have}")
-            ideals = self.links.ideal_s([Flow(self.hub, r, len(data[r])) for r in self.nodes], at=time.time())
-            jobs = [(lambda r=r, i=i: self._send_one(r, _as_tensor(data[r]), tag, i))
+            at = time.time()
+            ideals = self.links.ideal_s([Flow(self.hub, r, len(data[r])) for r in self.nodes], at=at)
+            jobs = [(lambda r=r, i=i: self._send_one(r, _as_tensor(data[r]), tag, i, at))
                     for r, i in zip(self.nodes, ideals)]
             transfers = self._concurrent(jobs)
             self.transfers.extend(transfers)
@@ -214,14 +217,19 @@ class Channel:
             self._wire.barrier()
 
     # ----- one message ------------------------------------------------------------------
-    def _send_one(self, dst: int, tensor: torch.Tensor, tag: str, ideal_s: float) -> Transfer:
+    def _send_one(self, dst: int, tensor: torch.Tensor, tag: str, ideal_s: float, at: float | None = None) -> Transfer:
+        """One message to ``dst``. ``ideal_s``: its ideal time, computed for a send at ``at``; on the model
+        backend ``at`` is the send's instant (the header's and the rate's), so that a late start on a busy
+        machine cannot set the modelled seconds and the mean rate in force over two different windows."""
         start = time.time()
+        clock = at if (self.modelled and at is not None) else None
         nbytes = tensor.numel()
         index = self._sent[dst]
         self._sent[dst] += 1
         chunk = chunk_bytes(self.links.path_rate_bps(self.rank, dst)) if self._pace else 0
         eager = min(nbytes, EAGER_BYTES, chunk or EAGER_BYTES)
-        header = torch.tensor([MAGIC, nbytes, time.time_ns(), index, chunk, int(ideal_s * 1e9)], dtype=torch.int64)
+        sent_ns = time.time_ns() if clock is None else int(clock * 1e9)
+        header = torch.tensor([MAGIC, nbytes, sent_ns, index, chunk, int(ideal_s * 1e9)], dtype=torch.int64)
         first = torch.cat([header.view(torch.uint8), tensor[:eager]])
         if self._up is not None and eager:
             self._up.take(framed_bytes(eager))
@@ -235,8 +243,9 @@ class Channel:
                        f"sending {nbytes} bytes (#{index}) to rank {dst}")
         seconds = ideal_s if self.modelled else time.time() - start
         self._on_progress()
+        began = start if clock is None else clock
         return Transfer(tag, self.rank, dst, nbytes, seconds, ideal_s,
-                        self.links.mean_rate_bps(self.rank, dst, start, start + seconds))
+                        self.links.mean_rate_bps(self.rank, dst, began, began + seconds))
 
     def _recv_one(self, src: int, tag: str) -> tuple[bytes, Transfer]:
         posted = time.time()

@@ -82,6 +82,26 @@ def test_model_backend_transfer_takes_the_integrated_time(step):
     assert _step_seconds(1.0) == pytest.approx(11.0)
 
 
+def test_model_backend_rate_and_seconds_share_the_send_instant_however_late_the_send_starts(step, monkeypatch):
+    """A busy machine starts the send some time after its ideal time was computed: the modelled seconds
+    and the mean rate in force are both taken from the instant the ideal was computed for (before the
+    fix the rate's window began at the late start: 2.4% off on the loaded CI of 2026-12-06)."""
+    t0 = time.time() - 1.0
+    links = _table(traced(LinkSpec(), step), t0=t0)
+    ideal = LinkTable.ideal_s
+
+    def late(self, flows, at=None):
+        out = ideal(self, flows, at=at)
+        time.sleep(0.3)                              # the sending thread starts 0.3 s after the ideal's instant
+        return out
+
+    monkeypatch.setattr(LinkTable, "ideal_s", late)
+    receiver, sender = run_ranks(links, "model", lambda ch: ch.send(0, b"x" * 5_000_000, "t") if ch.rank
+                                 else ch.recv(1, "t")[1])
+    for transfer in (sender, receiver):
+        assert transfer.rate_bps == pytest.approx(5_000_000 * 8 / transfer.seconds, rel=1e-6)
+
+
 def test_untraced_transfer_records_the_plain_path_rate():
     links = LinkTable(up=(LinkSpec(), LinkSpec(rate_bps=10e6)), down=(LinkSpec(), LinkSpec()))
     out = run_ranks(links, "model", lambda ch: ch.send(0, b"y" * 1000, "t") if ch.rank else ch.recv(1, "t")[1])
