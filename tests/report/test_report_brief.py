@@ -49,6 +49,7 @@ def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path,
     monkeypatch.setattr("harness.report.brief.claims_path", lambda root=None: tmp_path / "absent.csv")
     text = final_screen([("hilo_distill", 0, 600.0), ("report", 1, 30.0)])
     assert "results/summary.md" in text and "no " in text
+    assert "SPRA-LoRA on the real model" not in text          # optional: no claims file, no heading
     assert "ok     hilo_distill" in text and "10.0 min" in text and "FAILED report" in text and "total 10.5 min" in text
 
 
