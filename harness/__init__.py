@@ -6,5 +6,5 @@ How a run flows (lower layers never import higher ones; tests/config/test_layers
         -> cluster.launch (cluster/: spawn, supervise, role) -> onpolicy.roles | federated.roles
         -> wire.transport (wire/: links, sealed; backends) -> record (rows, run.json) -> report
 
-See README.md ("Layout") and docs/interfaces.md ("Layers") for every module.
+See docs/interfaces.md ("Layout", "Layers") for every module.
 """

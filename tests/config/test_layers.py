@@ -122,13 +122,13 @@ def test_the_walker_sees_function_level_imports():
     assert "harness.errors" in graph["harness.validate"]
 
 
-def test_readme_layout_names_every_module_and_package():
-    """README.md's "Layout" block lists every top-level module and package of harness/ (and no ghost)."""
-    text = (ROOT / "README.md").read_text()
+def test_the_layout_names_every_module_and_package():
+    """docs/interfaces.md's "Layout" block lists every top-level module and package of harness/ (and no ghost)."""
+    text = (ROOT / "docs" / "interfaces.md").read_text()
     block = text.split("## Layout", 1)[1].split("```", 2)[1]
     listed = {line.split()[0].rstrip("/") for line in block.splitlines() if line.startswith("  ") and line.split()}
     tree = {p.stem if p.is_file() else p.name for p in (ROOT / "harness").iterdir()
             if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())}
     names = {n.removesuffix(".py") for n in listed}
-    assert tree <= names, f"not in the README layout: {sorted(tree - names)}"
-    assert names <= tree, f"in the README layout but not in harness/: {sorted(names - tree)}"
+    assert tree <= names, f"not in docs/interfaces.md's layout: {sorted(tree - names)}"
+    assert names <= tree, f"in docs/interfaces.md's layout but not in harness/: {sorted(names - tree)}"
