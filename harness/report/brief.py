@@ -9,8 +9,8 @@ page (markdown). The wide table, with rules, seeds and notes, stays in results/s
     python -m harness.report.brief --claims results/real/tables/claims.csv --readme README.md --block claims-real
 
 Each README block lies between ``<!-- NAME:begin`` and ``<!-- NAME:end -->`` (BLOCKS: ``claims``
-for results/tables/claims.csv, ``claims-real`` for the real model's); a test checks that each equals
-this module's table of its committed claims.csv, so they cannot drift.
+for results/tables/claims.csv, ``claims-real`` for the real model's, ``claims-spra-real`` for SPRA's on
+it); a test checks that each equals this module's table of its committed claims.csv, so they cannot drift.
 
 The model column is the claims table's own ``model`` column (harness.report.claims: the model
 the claim's runs recorded in run.json, harness.report.collect.model_label). Only for a claims file
@@ -128,8 +128,15 @@ def short_horizon(text) -> str:
 
 
 def _claim(text: str) -> str:
-    """The claim without a trailing parenthetical note."""
-    return text[: text.rindex(" (")] if text.endswith(")") and " (" in text else text
+    """The claim without a trailing parenthetical note, except a reading's name, kept short: "client
+    compute <= 50% of FedIT (reading 2: LoRA's own FLOPs over ...)" -> "... (LoRA's own FLOPs)", so that
+    two readings of one claim stay two different rows."""
+    if not (text.endswith(")") and " (" in text):
+        return text
+    head, note = text[: text.rindex(" (")], text[text.rindex(" (") + 2:-1]
+    if note.startswith("reading ") and ": " in note:
+        return f"{head} ({note.split(': ', 1)[1].split(' over ')[0]})"
+    return head
 
 
 def short_frame(claims: pd.DataFrame) -> pd.DataFrame:
@@ -174,7 +181,8 @@ def screen(frame: pd.DataFrame, width: int = 160) -> str:
 
 # The README's blocks, by name: "claims" (results/tables/claims.csv: the tiny and wide models) and
 # "claims-real" (results/real/tables/claims.csv: the real model, make bench's own).
-BLOCKS = {"claims": Path("results/tables/claims.csv"), "claims-real": Path("results/real/tables/claims.csv")}
+BLOCKS = {"claims": Path("results/tables/claims.csv"), "claims-real": Path("results/real/tables/claims.csv"),
+          "claims-spra-real": Path("results/spra_real/tables/claims.csv")}
 
 
 def _markers(block: str) -> tuple[str, str]:
