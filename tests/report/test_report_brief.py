@@ -53,7 +53,7 @@ def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path,
     assert "ok     hilo_distill" in text and "10.0 min" in text and "FAILED report" in text and "total 10.5 min" in text
 
 
-@pytest.mark.parametrize("block", ["claims", "claims-real"])
+@pytest.mark.parametrize("block", ["claims", "claims-real", "claims-spra-real"])
 def test_the_readme_claims_blocks_are_the_committed_claims_tables(block):
     from pathlib import Path
 
@@ -138,3 +138,13 @@ def test_a_claims_file_without_the_column_falls_back_to_the_scenario_labelled_th
     assert _scenario_model("hilo_real") == SMOL
     assert _scenario_model("hilo_wide") == "wide (LLM shape)"
     assert _scenario_model("no_such_scenario") == "–"
+
+
+def test_a_claims_readings_keep_their_names_in_short_form():
+    from harness.report.brief import _claim
+
+    one = _claim("client compute <= 50% of FedIT (reading 1: the whole client step)")
+    two = _claim("client compute <= 50% of FedIT (reading 2: LoRA's own FLOPs over the frozen model's forward and backward)")
+    assert one == "client compute <= 50% of FedIT (the whole client step)"
+    assert two == "client compute <= 50% of FedIT (LoRA's own FLOPs)"
+    assert _claim("uplink <= 50% of FedIT (per round)") == "uplink <= 50% of FedIT"
