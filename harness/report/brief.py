@@ -131,9 +131,10 @@ def _claim(text: str) -> str:
     """The claim without a trailing parenthetical note, except a reading's name, kept short: "client
     compute <= 50% of FedIT (reading 2: LoRA's own FLOPs over ...)" -> "... (LoRA's own FLOPs)", so that
     two readings of one claim stay two different rows."""
-    if not (text.endswith(")") and " (" in text):
+    head, sep, note = text.rpartition(" (")
+    if not (sep and text.endswith(")")):
         return text
-    head, note = text[: text.rindex(" (")], text[text.rindex(" (") + 2:-1]
+    note = note[:-1]
     if note.startswith("reading ") and ": " in note:
         return f"{head} ({note.split(': ', 1)[1].split(' over ')[0]})"
     return head
@@ -179,8 +180,9 @@ def screen(frame: pd.DataFrame, width: int = 160) -> str:
     return "\n".join([line(cols), *(line([r[c] for c in cols]) for _, r in frame.iterrows())])
 
 
-# The README's blocks, by name: "claims" (results/tables/claims.csv: the tiny and wide models) and
-# "claims-real" (results/real/tables/claims.csv: the real model, make bench's own).
+# The README's blocks, by name: "claims" (results/tables/claims.csv: the tiny and wide models),
+# "claims-real" (results/real/tables/claims.csv: the real model, make bench's own) and "claims-spra-real"
+# (results/spra_real/tables/claims.csv: SPRA-LoRA on the real model, an optional step's).
 BLOCKS = {"claims": Path("results/tables/claims.csv"), "claims-real": Path("results/real/tables/claims.csv"),
           "claims-spra-real": Path("results/spra_real/tables/claims.csv")}
 
