@@ -133,5 +133,16 @@ def plan_scenario(cfg: DictConfig, overrides: list[str]) -> list[PlannedRun]:
     if not variants and seeds == [int(cfg.seed)]:
         return [planned(cfg, scenario, str(cfg.variant))]
     variants = variants or {str(cfg.variant): []}
-    return [planned(compose_config(merge_overrides(overrides, list(extra) + [f"seed={seed}"])), scenario, name)
+    running = {name: OmegaConf.to_container(cfg.variants, resolve=False)[name] for name in variants} \
+        if cfg.variants else {}
+    return [planned(composed(merge_overrides(overrides, list(extra) + [f"seed={seed}"]), running), scenario, name)
             for seed in seeds for name, extra in variants.items()]
+
+
+def composed(overrides: list[str], running: dict) -> DictConfig:
+    """A variant's config, its ``variants`` table cut to the variants that run: the others' ``${tuned_lr:...}`` are not
+    this run's business (a variant ``only`` leaves out may still be untuned; its run id never hashed the table)."""
+    cfg = compose_config(overrides)
+    if cfg.get("variants"):
+        cfg.variants = running
+    return cfg

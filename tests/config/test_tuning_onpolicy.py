@@ -173,3 +173,19 @@ def test_onpolicy_selection_maximises_validation_accuracy_ties_to_the_lower_loss
     assert select(points).iloc[0].lr == 1e-3                                  # by loss: the same here
     with pytest.raises(ConfigError, match="select: 'reward' is not allowed"):
         select(points, "reward")
+
+
+def test_a_variant_left_out_by_only_may_be_untuned(root) -> None:
+    """A run plans the variants it runs: another variant's ${tuned_lr:...} (here unresolvable: this root has no
+    tuning files) is not its business, as in harness.tune; the run id never hashed the variants table."""
+    from harness.compose import compose_config
+    from harness.scenario import plan_scenario
+
+    over = ["scenario=hilo_wide", "only=[hilo_powersgd_r1_10mbit]", "seeds=[0]"]
+    (run,) = plan_scenario(compose_config(over), over)
+    assert list(run.cfg.variants) == ["hilo_powersgd_r1_10mbit"] and run.variant == "hilo_powersgd_r1_10mbit"
+    assert "tuned_lr" not in str(run.resolved_config())
+    over = ["scenario=hilo_wide", "only=[hilo_spar_10mbit]", "seeds=[0]"]
+    with pytest.raises(Exception) as info:                                  # the variant that runs still needs its entry
+        plan_scenario(compose_config(over), over)
+    assert "python -m harness.tune scenario=hilo_wide" in str(info.value)
