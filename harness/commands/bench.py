@@ -242,10 +242,11 @@ def reference_manifest(steps, results: str, rebuild: str = "make bench"):
     return Manifest(tables[False], tables[True], rebuild)
 
 
+# The committed reference folders, in the order make bench's end screen shows their claims.
 REFERENCES = (("results/real", STEPS, "make bench", "the real model's reference (SmolLM2-135M-Instruct)"),
-              ("results", TINY, "python -m harness.bench --tiny", "the tiny and wide models' reference"),
               ("results/spra_real", (SPRA_REAL, REPORT_SPRA_REAL), "python -m harness.bench --only spra_real "
-               "report_spra_real", "SPRA-LoRA and its baselines on the real model (SmolLM2-135M-Instruct)"))
+               "report_spra_real", "SPRA-LoRA and its baselines on the real model (SmolLM2-135M-Instruct)"),
+              ("results", TINY, "python -m harness.bench --tiny", "the tiny and wide models' reference"))
 
 
 def write_manifests() -> list[str]:
@@ -319,27 +320,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def final_screen(results: list[tuple[str, int, float]]) -> str:
-    """The one screen at the end: the claims in short form (the real model's, then the tiny model's), where
-    the reports are, each step's time."""
-    from harness.paths import results_root
+    """The one screen at the end: each reference folder's claims in short form (REFERENCES' order; a folder that only
+    optional steps build is left out while it has no claims), where the reports are, each step's time."""
+    from harness.paths import project_root
     from harness.report.brief import claims_path, screen, short_frame
 
     out = []
-    for title, root, optional in (("the real model (results/real)", results_root() / "real", False),
-                                  ("SPRA-LoRA on the real model (results/spra_real)", results_root() / "spra_real",
-                                   True),
-                                  ("the tiny and wide models (results)", None, False)):
-        path = claims_path(root)
-        if optional and not path.is_file():
-            continue                           # built by optional steps that have not run (yet)
-        out += ["", f"make bench: the claims on {title} (short form; rules, seeds and notes in its summary.md)"]
+    for folder, steps, _, what in REFERENCES:
+        path = claims_path(project_root() / folder)
+        if not path.is_file() and not set(steps) & set(STEPS):
+            continue                           # built by steps make bench does not run (optional): no heading
+        out += ["", f"make bench: the claims of {what}, {folder} (short form; rules, seeds and notes in its summary.md)"]
         if path.is_file():
             import pandas as pd
             out.append(screen(short_frame(pd.read_csv(path))))
         else:
             out.append(f"  (no {path}: its report step did not run or failed)")
-    out += ["", "reports: results/real/summary.md, results/spra_real/summary.md and results/summary.md, their "
-            "tables/*.csv and plots/", "steps:"]
+    out += ["", f"reports: {', '.join(f'{folder}/summary.md' for folder, *_ in REFERENCES)}, their tables/*.csv and "
+            "plots/", "steps:"]
     out += [f"  {'ok    ' if rc == 0 else 'FAILED'} {name:<16} {seconds / 60:6.1f} min" for name, rc, seconds in results]
     out.append(f"  total {sum(s for *_, s in results) / 60:.1f} min")
     return "\n".join(out)

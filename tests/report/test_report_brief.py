@@ -48,8 +48,10 @@ def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path,
 
     monkeypatch.setattr("harness.report.brief.claims_path", lambda root=None: tmp_path / "absent.csv")
     text = final_screen([("hilo_distill", 0, 600.0), ("report", 1, 30.0)])
-    assert "results/summary.md" in text and "no " in text
-    assert "SPRA-LoRA on the real model" not in text          # optional: no claims file, no heading
+    assert "results/summary.md" in text and "results/spra_real/summary.md" in text
+    assert "results/real (short form" in text and "no " in text         # make bench builds it: said missing
+    assert "results/spra_real (short form" not in text                  # optional steps only: no claims, no heading
+    assert "results (short form" not in text                            # --tiny's: likewise
     assert "ok     hilo_distill" in text and "10.0 min" in text and "FAILED report" in text and "total 10.5 min" in text
 
 
