@@ -103,15 +103,27 @@ def _check_model_and_task(cfg: Mapping[str, Any], kind: MethodKind, clients: int
         from harness.tasks.cache import recipe
 
         recipe("student", model, task)                       # task.student_init and the pretraining recipe
-    tokenizer = build_tokenizer(model)
     if kind is MethodKind.ONPOLICY:
         from harness.tasks import build_task
 
-        build_task(task, tokenizer, sampler=task["name"] != "reward")   # task.format, digits/ops or chat questions, sampling
+        build_task(task, build_tokenizer(model), sampler=task["name"] != "reward")   # task.format, digits/ops or chat questions, sampling
     else:
-        from harness.tasks import build_federated
+        import json
 
-        build_federated(task, tokenizer, clients or int(cfg["federated"]["clients"]), int(cfg["seed"]))   # data split
+        _dry_split(json.dumps([dict(task), dict(model), clients or int(cfg["federated"]["clients"]), int(cfg["seed"])],
+                              sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=64)
+def _dry_split(key: str) -> None:
+    """The federated data split, dry-built (task, model, clients, seed as JSON in); a split that builds is not built
+    again in this process (a scenario's variants share it); one that fails raises each time (nothing cached)."""
+    import json
+
+    from harness.tasks import build_federated, build_tokenizer
+
+    task, model, clients, seed = json.loads(key)
+    build_federated(task, build_tokenizer(model), clients, seed)
 
 
 def check_compressor_budget(comp: Any, model_cfg: Mapping[str, Any], rank: int) -> None:

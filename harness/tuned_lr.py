@@ -21,6 +21,7 @@ command producing it.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,12 +91,31 @@ def read_selected(scenario: str, root: Path | None = None) -> "pd.DataFrame":
 
 def tuned_lr(scenario: str, variant: str) -> float:
     """The selected learning rate of ``variant`` in ``scenario``'s committed tuning file."""
-    table = read_selected(str(scenario))
-    hit = table[table["variant"] == str(variant)]
-    if hit.empty:
-        raise ConfigError(f"tuned_lr: entry {variant!r} is not in {selected_path(str(scenario))}; run "
+    path = selected_path(str(scenario))
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        read_selected(str(scenario))                         # the ConfigError naming the command
+        raise
+    lrs = _selected_lrs(str(path), stat.st_mtime_ns, stat.st_size)
+    if str(variant) not in lrs:
+        raise ConfigError(f"tuned_lr: entry {variant!r} is not in {path}; run "
                           f"`python -m harness.tune scenario={scenario} only=[{variant}]`")
-    return float(hit["lr"].iloc[0])
+    return lrs[str(variant)]
+
+
+@functools.lru_cache(maxsize=32)
+def _selected_lrs(path: str, mtime_ns: int, size: int) -> dict[str, float]:
+    """variant -> lr of one selected file, read once per version of the file (its path, mtime and size key the cache:
+    a composed scenario resolves every variant's ${tuned_lr:...}, and a plan each of them again)."""
+    import csv
+
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    lrs: dict[str, float] = {}
+    for row in rows:
+        lrs.setdefault(row["variant"], float(row["lr"]))     # the first row of a variant, as the DataFrame lookup took
+    return lrs
 
 
 def config_error_in(err: BaseException) -> ConfigError | None:
