@@ -437,6 +437,10 @@ def test_two_runs_at_once_get_their_own_namespaces_subnets_and_ports(kernel_back
 # without a beat); 150 pretraining steps took 53 s at that load, so they outlast 6 s. Federated stays at
 # 3 s: its pretraining is shorter (a 14 s run at that load), so a longer timeout could outlast it when idle
 COLD_HANG_S = {"onpolicy": 6.0, "federated": 3.0}
+# federated pretrains one base (the student, from scratch), on every core of the server while the suite's other
+# worker computes: 150 steps cost 110-130 CPU-s there (OpenMP threads spinning on a full machine; 1 thread: 5.5 CPU-s
+# for 40 steps and 512 evaluation prompts, 2026-12-07). 60 steps still take several hang timeouts.
+COLD_STEPS = {"onpolicy": 150, "federated": 60}
 
 
 @pytest.mark.parametrize("scenario", ["federated", "onpolicy"])
@@ -448,7 +452,7 @@ def test_a_cold_cache_is_built_inside_the_run_with_heartbeats(scenario, kernel_b
     base = SPRA if scenario == "federated" else [*HILO, "only=[full_sync]", "onpolicy.steps=1"]
     hang_s = COLD_HANG_S[scenario]
     overrides = [*base, f"out_dir={out_dir}", f"net.backend={kernel_backend}", f"net.hang_timeout_s={hang_s:g}",
-                 "task.student_init=scratch", "task.student_steps=150", "task.teacher_steps=150"]
+                 "task.student_init=scratch", f"task.student_steps={COLD_STEPS[scenario]}", "task.teacher_steps=150"]
     from harness.compose import compose_config
     from harness.run import run_scenario
 
