@@ -44,7 +44,8 @@ from harness.cluster.supervise import RoleProcess, start, stop_all, watch
 from netem.spec import LinkSpec
 
 STARTUP_TIMEOUT_S = 180.0      # importing torch in N processes on 2 cores is slow
-WAIT_MARGIN_S = 30.0           # the children's own timeouts exceed the parent's hang limit by this
+WAIT_MARGIN_S = 30.0           # the children's own timeouts exceed the parent's hang limit by this, at least
+ROLE_BACKSTOP_S = 6 * 3600.0   # and, on one host, are no shorter than this (role_wait_s)
 _DEVICE = re.compile(r"^(cpu|auto|cuda(:[0-9]+)?)$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -194,13 +195,24 @@ def _places(roles: list[RoleSpec], backend: str, stack: ExitStack, result: Clust
              "addr": topology.nodes[r.name].addr, "netns": topology.nodes[r.name].netns} for r in roles]
 
 
+def role_wait_s(hang_timeout_s: float) -> float:
+    """How long a role waits for a peer on its own (a message header, a barrier, the rendezvous): a backstop, not the
+    hang detector. Hangs are the supervisor's to find: it hears every role's heartbeats (a learner evaluating beats
+    once a batch) and fails the run when none progresses for ``hang_timeout_s``; a peer that dies closes its sockets
+    at once; a role dies with its launcher (PR_SET_PDEATHSIG). A bound of ``hang_timeout_s`` + a margin failed
+    hilo_real runs on a loaded machine (2026-12-07): the learner evaluated 512 prompts, beating, for longer than it,
+    and the workers waiting at the next barrier timed out. (gloo cannot wait again after a timeout: the pair is
+    closed, so a role cannot wait in slices and ask meanwhile.)"""
+    return max(float(hang_timeout_s) + WAIT_MARGIN_S, ROLE_BACKSTOP_S)
+
+
 def _write_payload(run_dir: Path, roles: list[RoleSpec], entry: str, payload: dict, backend: str,
                    places: list[dict], hang_timeout_s: float, trace_t0: float, seed: int) -> Path:
     """``trace_t0``: when link traces start (wall clock): the topology's t0 on kernel backends (the
     replay thread's clock), the payload's writing elsewhere (the model integrates from there)."""
     spec = {
         "entry": entry, "backend": backend, "run_dir": str(run_dir), "payload": payload, "seed": int(seed),
-        "wait_s": float(hang_timeout_s) + WAIT_MARGIN_S,
+        "wait_s": role_wait_s(hang_timeout_s),
         "links": LinkTable(tuple(r.up for r in roles), tuple(r.down for r in roles)).to_json(),
         "trace_t0": trace_t0,
         "roles": [{"name": r.name, "device": r.device, "netns": p["netns"], "ifname": p["ifname"] if p["netns"] else None,

@@ -13,6 +13,8 @@
   idle      heartbeat for ``idle_s`` seconds (default: until stopped); writes
             ``selftest/idle-<role>.json`` with its pid first, so a test can kill it.
   hang      write ``selftest/hang-<role>.json``, then sleep without heartbeats.
+  busy      the hub computes (beating, as a learner evaluates) for ``busy_s`` seconds while the nodes wait at a
+            barrier, then broadcasts a few bytes; every role writes ``selftest/busy-<role>.json``.
   damaged   the hub sends node 1 a compressed gradient (``harness.compress.Payload``) with one bit
             flipped in its body; node 1 decodes it as a worker would, so it raises PayloadError
             and its role exits non-zero (docs/failure.md: a damaged payload reaching a live role).
@@ -36,7 +38,7 @@ def main(ctx: RoleContext) -> None:
     options = ctx.options.get("selftest", {})
     for phase in options.get("phases", ["exchange"]):
         {"exchange": exchange, "probe": probe, "idle": idle, "hang": hang, "where": where,
-         "damaged": damaged}[phase](ctx, options)
+         "damaged": damaged, "busy": busy}[phase](ctx, options)
 
 
 def payload_for(rank: int, nbytes: int, salt: str = "") -> bytes:
@@ -140,6 +142,18 @@ def idle(ctx: RoleContext, options: dict) -> None:
         step += 1
         ctx.heartbeat(1000 + step)
         time.sleep(0.2)
+
+
+def busy(ctx: RoleContext, options: dict) -> None:
+    if ctx.rank == 0:
+        end, step = time.monotonic() + float(options.get("busy_s", 1.0)), 0
+        while time.monotonic() < end:
+            step += 1
+            ctx.progress()
+            time.sleep(0.1)
+    ctx.channel.barrier()
+    got, _ = ctx.channel.broadcast(b"done" if ctx.rank == 0 else None, "busy")
+    _write(ctx, f"busy-{ctx.role}", {"got": got.decode()})
 
 
 def hang(ctx: RoleContext, options: dict) -> None:

@@ -96,3 +96,25 @@ def test_a_damaged_payload_reaching_a_live_role_fails_the_run_naming_it(tmp_path
     assert "PayloadError" in result.reason, result.reason
     assert result.exit_codes[roles[1].name] == 1
     assert result.exit_codes[roles[0].name] != 0                  # stopped, not left running
+
+
+@pytest.mark.parametrize("backstop", ["supervisor", "fixed"])
+def test_a_hub_computing_longer_than_the_hang_limit_while_beating_keeps_its_waiting_peers(backstop, tmp_path,
+                                                                                          monkeypatch):
+    """The hub beats for 4 s (a learner evaluating) while its nodes wait at a barrier, with net.hang_timeout_s=1 and
+    the margin cut to 1 s. The supervisor hears the beats and the nodes wait (launch.role_wait_s): ok. The control,
+    a role's own wait fixed at hang limit + margin (the rule before 2026-12-07), fails the run: the nodes time out."""
+    import harness.cluster.launch as launcher
+
+    monkeypatch.setattr(launcher, "WAIT_MARGIN_S", 1.0)
+    if backstop == "fixed":
+        monkeypatch.setattr(launcher, "ROLE_BACKSTOP_S", 0.0)
+    roles = star(2)
+    result = launch(roles, "harness.commands.cluster_selftest:main", {"cfg": {"selftest": {"phases": ["busy"],
+                                                                                            "busy_s": 4.0}}},
+                    backend="userspace", run_dir=tmp_path, hang_timeout_s=1.0, progress=False)
+    if backstop == "fixed":
+        assert result.status == "failed" and "imed out" in result.reason, result.reason
+        return
+    assert result.status == "ok", result.reason
+    assert {r.name: outputs(tmp_path, f"busy-{r.name}")["got"] for r in roles} == {r.name: "done" for r in roles}
