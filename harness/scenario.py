@@ -133,8 +133,8 @@ def plan_scenario(cfg: DictConfig, overrides: list[str]) -> list[PlannedRun]:
     if not variants and seeds == [int(cfg.seed)]:
         return [planned(cfg, scenario, str(cfg.variant))]
     variants = variants or {str(cfg.variant): []}
-    running = {name: OmegaConf.to_container(cfg.variants, resolve=False)[name] for name in variants} \
-        if cfg.variants else {}
+    table = OmegaConf.to_container(cfg.variants, resolve=False) if cfg.variants else {}
+    running = {name: table[name] for name in variants} if table else {}
     return [planned(composed(merge_overrides(overrides, list(extra) + [f"seed={seed}"]), running), scenario, name)
             for seed in seeds for name, extra in variants.items()]
 
