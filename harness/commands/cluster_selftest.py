@@ -146,9 +146,8 @@ def idle(ctx: RoleContext, options: dict) -> None:
 
 def busy(ctx: RoleContext, options: dict) -> None:
     if ctx.rank == 0:
-        end, step = time.monotonic() + float(options.get("busy_s", 1.0)), 0
+        end = time.monotonic() + float(options.get("busy_s", 1.0))
         while time.monotonic() < end:
-            step += 1
             ctx.progress()
             time.sleep(0.1)
     ctx.channel.barrier()
