@@ -128,7 +128,11 @@ def _prepare_dir(run_dir: Path, resume: bool) -> bool:
         n += 1
     if meta.get("status") in (None, "running"):
         set_status(run_dir, "interrupted", meta.get("reason") or "did not finish (found running at restart)")
-    run_dir.rename(run_dir.with_name(f"{run_dir.name}.attempt{n}"))
+    attempt = run_dir.with_name(f"{run_dir.name}.attempt{n}")
+    run_dir.rename(attempt)
+    reason = str(read_run_json(attempt).get("reason") or "")
+    if f"{run_dir}/" in reason:               # a log the reason quotes moved with it (the new attempt writes the old path)
+        set_status(attempt, read_run_json(attempt)["status"], reason.replace(f"{run_dir}/", f"{attempt}/"))
     return True
 
 

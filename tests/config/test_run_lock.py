@@ -77,3 +77,17 @@ def test_run_json_gets_the_umask_mode_not_mkstemps_0600(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "run.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_an_attempt_moved_aside_names_its_own_logs_not_the_rerun_s(tmp_path):
+    from harness.record import read_run_json, write_run_json
+    from harness.run import _prepare_dir
+
+    run_dir = tmp_path / "scenario" / "v-s0-abcd"
+    (run_dir / "logs").mkdir(parents=True)
+    write_run_json(run_dir, {"status": "failed", "reason": f"role worker1 exited; last lines of {run_dir}/logs/worker1.log"})
+    assert _prepare_dir(run_dir, resume=True)
+    attempt = run_dir.with_name("v-s0-abcd.attempt1")
+    meta = read_run_json(attempt)
+    assert meta["status"] == "failed" and meta["reason"].endswith(f"{attempt}/logs/worker1.log"), meta
+    assert not run_dir.exists()
