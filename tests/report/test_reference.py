@@ -76,7 +76,7 @@ def test_reference_flag_on_a_plain_folder_is_refused(small_results, tmp_path, ca
     assert "not a reference folder" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("folder", ["results", "results/real", "results/spra_real"])
+@pytest.mark.parametrize("folder", ["results", "results/real", "results/real_bytes", "results/spra_real"])
 def test_committed_manifests_are_the_bench_steps(folder):
     from harness.commands.bench import REFERENCES, reference_manifest
     from harness.paths import project_root
