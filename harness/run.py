@@ -130,9 +130,10 @@ def _prepare_dir(run_dir: Path, resume: bool) -> bool:
         set_status(run_dir, "interrupted", meta.get("reason") or "did not finish (found running at restart)")
     attempt = run_dir.with_name(f"{run_dir.name}.attempt{n}")
     run_dir.rename(attempt)
-    reason = str(read_run_json(attempt).get("reason") or "")
+    moved = read_run_json(attempt)
+    reason = str(moved.get("reason") or "")
     if f"{run_dir}/" in reason:               # a log the reason quotes moved with it (the new attempt writes the old path)
-        set_status(attempt, read_run_json(attempt)["status"], reason.replace(f"{run_dir}/", f"{attempt}/"))
+        set_status(attempt, moved["status"], reason.replace(f"{run_dir}/", f"{attempt}/"))
     return True
 
 
