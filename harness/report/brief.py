@@ -9,8 +9,8 @@ page (markdown). The wide table, with rules, seeds and notes, stays in results/s
     python -m harness.report.brief --claims results/real/tables/claims.csv --readme README.md --block claims-real
 
 Each README block lies between ``<!-- NAME:begin`` and ``<!-- NAME:end -->`` (BLOCKS: ``claims``
-for results/tables/claims.csv, ``claims-real`` for the real model's, ``claims-real-bytes`` for its compressors at
-equal bytes, ``claims-spra-real`` for SPRA's on it); a test checks that each equals this module's table of its committed claims.csv, so they cannot drift.
+for results/tables/claims.csv, ``claims-real`` for the real model's, ``claims-spra-real`` for SPRA's on
+it); a test checks that each equals this module's table of its committed claims.csv, so they cannot drift.
 
 The model column is the claims table's own ``model`` column (harness.report.claims: the model
 the claim's runs recorded in run.json, harness.report.collect.model_label). Only for a claims file
@@ -181,11 +181,11 @@ def screen(frame: pd.DataFrame, width: int = 160) -> str:
 
 
 # The README's blocks, by name: "claims" (results/tables/claims.csv: the tiny and wide models),
-# "claims-real" (results/real/tables/claims.csv: the real model, make bench's own), "claims-real-bytes"
-# (results/real_bytes/tables/claims.csv: hilo_real's compressors at equal bytes, an optional step's) and
-# "claims-spra-real" (results/spra_real/tables/claims.csv: SPRA-LoRA on the real model, an optional step's).
+# "claims-real" (results/real/tables/claims.csv: the real model, make bench's own) and "claims-spra-real"
+# (results/spra_real/tables/claims.csv: SPRA-LoRA on the real model, an optional step's). results/real_bytes has
+# no block: its one new claim (HiLo at low-rank's bytes) is in the README's words, its other rows repeat 3 of
+# results/real's 5 seeds.
 BLOCKS = {"claims": Path("results/tables/claims.csv"), "claims-real": Path("results/real/tables/claims.csv"),
-          "claims-real-bytes": Path("results/real_bytes/tables/claims.csv"),
           "claims-spra-real": Path("results/spra_real/tables/claims.csv")}
 
 

@@ -55,7 +55,7 @@ def test_bench_end_screen_says_where_the_report_is_and_each_steps_time(tmp_path,
     assert "ok     hilo_distill" in text and "10.0 min" in text and "FAILED report" in text and "total 10.5 min" in text
 
 
-@pytest.mark.parametrize("block", ["claims", "claims-real", "claims-real-bytes", "claims-spra-real"])
+@pytest.mark.parametrize("block", ["claims", "claims-real", "claims-spra-real"])
 def test_the_readme_claims_blocks_are_the_committed_claims_tables(block):
     from pathlib import Path
 
