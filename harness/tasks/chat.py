@@ -54,7 +54,7 @@ import torch
 from harness.errors import ConfigError
 from harness.seeds import derive
 from harness.tasks.arith import Problems
-from harness.tasks.chat_eval import greedy_scored
+from harness.tasks.chat_eval import BatchScore, greedy_scored, reverse_kl_scorer
 from harness.tasks.data import IGNORE, sft_loss_shared_prefix
 from harness.tasks.federated import ClientData, client_batches
 from harness.tasks.plans import task_plan
@@ -359,8 +359,10 @@ class ChatTask(OnPolicyTask):
         rows = [self.chat.ids(a, o, b) for a, o, b in zip(problems.a.tolist(), problems.op.tolist(), problems.b.tolist())]
         want = self.spec.answers(problems).tolist()
         answers = [self.tok.encode(str(v)) + [self.tok.eos_id] for v in want]
+        extra = self.batch_score(rows)
         out = greedy_scored(policy, rows, answers, self.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
-                            batch=int(self.cfg.eval_batch), on_batch=progress)
+                            batch=int(self.cfg.eval_batch), on_batch=progress,
+                            score_batch=None if extra is None else extra[1])
         ended = ((out.completions == self.tok.eos_id) & out.mask).any(1)
         texts = self.tok.batch_decode(torch.where(out.mask, out.completions, self.tok.pad_id))
         got = [last_integer(t) for t in texts]
@@ -368,6 +370,8 @@ class ChatTask(OnPolicyTask):
         frame = pd.DataFrame({"prompt": range(n), "a": problems.a.tolist(), "op": [OPS[o] for o in problems.op.tolist()],
                               "b": problems.b.tolist(), "correct": correct, "ended": ended.tolist(),
                               "answer": pd.array(got, dtype="Int64"), "answer_logprob": out.answer_logprob.numpy()})
+        if extra is not None and out.extra is not None:
+            frame[extra[0]] = out.extra.numpy()
         r = Rollouts(self.chat.encode(problems), out.completions, out.mask, torch.zeros(out.completions.shape),
                      None, 1, self.tok.pad_id, self.tok.vocab_size)
         return frame, r
@@ -385,6 +389,11 @@ class ChatTask(OnPolicyTask):
     def score_more(self, policy, frame: pd.DataFrame, r: Rollouts) -> pd.DataFrame:
         """The mode's own per-prompt columns (reward; reverse_kl)."""
         return frame
+
+    def batch_score(self, rows: list[list[int]]) -> tuple[str, BatchScore] | None:
+        """(column, a per-batch score computed during greedy decoding: chat_eval.greedy_scored's
+        ``score_batch``) for the evaluation of ``rows``, or None."""
+        return None
 
     def evaluate(self, policy, n: int | None = None) -> dict[str, float]:
         """The held-out metrics of ``evaluate_prompts``."""
@@ -417,7 +426,11 @@ class ChatDistillTask(ChatTask):
 
     @torch.no_grad()
     def score_more(self, policy, frame: pd.DataFrame, r: Rollouts, chunk: int = 64) -> pd.DataFrame:
-        """reverse_kl per prompt: the mean per-token KL(student || teacher) along its greedy completion."""
+        """reverse_kl per prompt: the mean per-token KL(student || teacher) along its greedy completion.
+        Scored during decoding where both models take a KV cache (``batch_score``); else here, by one
+        teacher-forced pass of each (``token_kl``): the same numbers up to float rounding."""
+        if "reverse_kl" in frame:          # scored on the way (batch_score)
+            return frame
         per = []
         for i in range(0, len(r), chunk):
             part = Rollouts(r.prompts[i:i + chunk], r.completions[i:i + chunk], r.completion_mask[i:i + chunk],
@@ -426,6 +439,10 @@ class ChatDistillTask(ChatTask):
             mask = part.completion_mask.to(kl.device).float()
             per.append(((kl * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu())
         return frame.assign(reverse_kl=torch.cat(per).double().numpy())
+
+    def batch_score(self, rows: list[list[int]]) -> tuple[str, BatchScore] | None:
+        scorer = reverse_kl_scorer(self.teacher, rows, self.tok.pad_id)
+        return None if scorer is None else ("reverse_kl", scorer)
 
     def __init__(self, task_cfg: Any, tokenizer: Tokenizer, teacher) -> None:
         super().__init__(task_cfg, tokenizer)

@@ -187,12 +187,14 @@ def sample(model, prompts: torch.Tensor, mask: torch.Tensor, max_new_tokens: int
 
 @torch.no_grad()
 def decode(model, past, logits: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, max_new_tokens: int, *,
-           eos_id: int, pad_id: int, temperature: float = 1.0, generator: torch.Generator | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+           eos_id: int, pad_id: int, temperature: float = 1.0, generator: torch.Generator | None = None,
+           logits_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The decode loop of ``sample`` from a prefilled state: ``past`` (the KV cache of N rows),
     ``logits`` [N, V] predicting each row's first new token, ``attn`` [N, L] the cache's attention
     mask, ``pos`` [N] each row's last position id. A row that has emitted eos leaves the batch (its
-    cache rows are dropped). Returns CPU (completions [N, T], completion_mask [N, T], logprobs [N, T])."""
+    cache rows are dropped). Returns CPU (completions [N, T], completion_mask [N, T], logprobs [N, T]).
+    ``logits_out`` [N, max_new_tokens, V] (optional, on the logits' device): each live row's float32
+    logits at each step, those that chose its token (entries past a row's end are left as they were)."""
     device = logits.device
     n = logits.shape[0]
     live = torch.arange(n, device=device)                  # row of each live batch entry
@@ -202,6 +204,8 @@ def decode(model, past, logits: torch.Tensor, attn: torch.Tensor, pos: torch.Ten
     steps = 0
     for t in range(max_new_tokens):
         logp, tok = _next_token(logits, temperature, generator)
+        if logits_out is not None:
+            logits_out[live, t] = logits
         toks[live, t] = tok
         lps[live, t] = logp.gather(1, tok[:, None]).squeeze(1)
         length[live] = t + 1

@@ -158,6 +158,22 @@ def test_distill_kl_is_zero_to_itself_and_positive_to_another(ctok):
         build_task(chat_cfg(name="distill"), ctok)
 
 
+def test_distill_evaluation_scores_while_decoding_as_the_plain_pass_does(ctok):
+    """The held-out reverse KL scored during decoding (chat_eval.reverse_kl_scorer) against score_more's
+    full teacher-forced pass of both models: every other column identical, reverse_kl to float rounding."""
+    policy = make_lora(chat_model(ctok.vocab_size, seed=0), 4, None, ["q_proj", "v_proj"])
+    task = build_task(chat_cfg(name="distill", eval_batch=3), ctok, teacher=chat_model(ctok.vocab_size, seed=1))
+    assert task.batch_score([[1, 2, 3], [1, 2, 4]]) is not None      # the fast path is taken
+    _, fast = task.evaluate_prompts(policy, 7)
+    task.batch_score = lambda rows: None                     # the plain path
+    _, plain = task.evaluate_prompts(policy, 7)
+    assert list(fast.columns) == list(plain.columns)
+    for column in fast.columns.drop("reverse_kl"):
+        assert fast[column].equals(plain[column]), column
+    assert (plain["reverse_kl"] > 1e-3).all()
+    assert fast["reverse_kl"].to_numpy() == pytest.approx(plain["reverse_kl"].to_numpy(), rel=1e-4, abs=1e-6)
+
+
 def test_sampler_task_and_synthetic_dispatch(ctok, tok):
     sampler = build_task(chat_cfg(name="distill"), ctok, sampler=True)
     assert type(sampler) is ChatTask

@@ -9,8 +9,8 @@ import torch
 from chat_model import chat_model, chat_tokenizer
 from harness.tasks.arith import Problems
 from harness.tasks.chat import ChatPrompts, ChatSpec
-from harness.tasks.chat_eval import _answer_logprob_plain, _left_pad, common_prefix, greedy_scored
-from harness.tasks.rollouts import sample
+from harness.tasks.chat_eval import _answer_logprob_plain, _left_pad, common_prefix, greedy_scored, reverse_kl_scorer
+from harness.tasks.rollouts import forward_logits, sample
 from harness.tasks.tokenizer import Tokenizer
 
 
@@ -54,6 +54,43 @@ def test_scored_greedy_equals_the_plain_path(family, tmp_path):
     assert torch.allclose(out.answer_logprob, want.double(), atol=1e-4, rtol=1e-5)
     assert bool((out.answer_logprob < 0).all())
 
+
+
+def _teacher(family: str, tmp_path):
+    """Another model of the same family and vocabulary (other weights): a distillation teacher."""
+    if family == "chat":
+        return chat_model(Tokenizer(chat_tokenizer()).vocab_size, seed=5).eval()
+    from transformers import AutoModelForCausalLM
+
+    from hf_families import save_family
+    return AutoModelForCausalLM.from_pretrained(str(save_family(family, tmp_path / f"{family}-teacher", seed=2))).eval()
+
+
+@pytest.mark.parametrize("family", ["chat", "qwen2", "gpt2", "gpt_neox"])
+def test_reverse_kl_scored_while_decoding_equals_two_full_passes(family, tmp_path):
+    """The distillation score computed on the way (the decode loop's own logits for the student, one
+    teacher pass on its prefix cache) against one full teacher-forced pass of each model over prompt and
+    completion: the same per-prompt reverse KL up to float rounding, and the greedy outputs unchanged."""
+    model, vocab = _model(family, tmp_path)
+    model.eval()
+    teacher = _teacher(family, tmp_path)
+    pad, eos = vocab - 1, vocab - 2
+    rows, answers = _rows(vocab, pad)
+    scorer = reverse_kl_scorer(teacher, rows, pad)
+    assert scorer is not None
+    out = greedy_scored(model, rows, answers, 6, eos_id=eos, pad_id=pad, batch=2, score_batch=scorer)
+    plain = greedy_scored(model, rows, answers, 6, eos_id=eos, pad_id=pad, batch=2)
+    assert plain.extra is None
+    assert torch.equal(out.completions, plain.completions) and torch.equal(out.mask, plain.mask)
+    assert torch.equal(out.answer_logprob, plain.answer_logprob)
+    prompts, pmask = _left_pad(rows, pad)
+    ids, attn = torch.cat([prompts, out.completions], 1), torch.cat([pmask, torch.ones_like(out.mask, dtype=torch.long)], 1)
+    p, t = prompts.shape[1], out.completions.shape[1]
+    logp_s, logp_t = (torch.log_softmax(forward_logits(m, ids, attn)[:, p - 1:p - 1 + t], -1) for m in (model, teacher))
+    w = out.mask.float()
+    want = ((logp_s.exp() * (logp_s - logp_t)).sum(-1) * w).sum(1) / w.sum(1)
+    assert bool((want > 0).all())                                   # two different models: a real distance
+    assert torch.allclose(out.extra, want.double(), atol=1e-5, rtol=1e-4)
 
 
 def test_every_batch_of_prompts_reports_progress(tmp_path):
