@@ -9,7 +9,10 @@
             counter deltas) and one recorder row.
   probe     timed transfers, ``probes: [{op: broadcast|send, nbytes, repeat, dst}]``; the
             hub writes ``selftest/probe.json``: per transfer the slowest receiver's seconds
-            and ideal_s, payload bytes, and the interface counter deltas (wire bytes).
+            and ideal_s, payload bytes, and the interface counter deltas (wire bytes); and
+            ``from_start_s``, the last receiver's arrival less the hub's start (one clock: the
+            roles of one machine), which a late receiver cannot shorten as it can its own
+            seconds (those count from when it posted the receive, if after the send).
   idle      heartbeat for ``idle_s`` seconds (default: until stopped); writes
             ``selftest/idle-<role>.json`` with its pid first, so a test can kill it.
   hang      write ``selftest/hang-<role>.json``, then sleep without heartbeats.
@@ -113,7 +116,8 @@ def probe(ctx: RoleContext, options: dict) -> None:
             if ctx.rank != 0 and transfers:
                 wire = ctx.wire() - before
                 mine = {"seconds": transfers[0].seconds, "ideal_s": transfers[0].ideal_s,
-                        "nbytes": transfers[0].nbytes, "intact": got == data, "wire_rx": wire.rx_bytes}
+                        "nbytes": transfers[0].nbytes, "intact": got == data, "wire_rx": wire.rx_bytes,
+                        "arrived": time.time()}
             reports, _ = ch.gather(json.dumps(mine).encode() if ctx.rank != 0 else None, f"{tag}.report")
             ctx.heartbeat(len(records) + 1)
             if ctx.rank != 0:
@@ -129,6 +133,7 @@ def probe(ctx: RoleContext, options: dict) -> None:
                 "intact": all(r["intact"] for r in got_by.values()),
                 "wire_bytes_rx": sum(r["wire_rx"] for r in got_by.values()),
                 "hub_wire_tx": hub_wire.tx_bytes, "hub_wall_s": hub_wall,
+                "from_start_s": max(r["arrived"] for r in got_by.values()) - start,
                 "per_receiver": got_by, "backend": ctx.backend})
     if ctx.rank == 0:
         _write(ctx, "probe", {"records": records})
