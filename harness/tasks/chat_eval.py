@@ -160,11 +160,10 @@ def greedy_scored(model, rows: list[list[int]], answers: list[list[int]], max_ne
     return GreedyScored(completions, masks, torch.cat(scores).double(), torch.cat(extra) if extra else None)
 
 
-def _chunk(model, prefix, p: int, rows: list[list[int]], answers: list[list[int]], max_new_tokens: int, eos_id: int,
-           pad_id: int, keep: bool, want_logits: bool = False
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """One batch on a copy of the shared prefix's cache: prefill, teacher-forced answer, greedy decode;
-    (completions, mask, answer score, the decode loop's logits [n, T, V] where ``want_logits``)."""
+def _prefill(model, prefix, p: int, rows: list[list[int]], pad_id: int, keep: bool):
+    """Each row's own tokens (after the shared ``p``) on a copy of ``prefix``'s cache, repeated per row,
+    only the last position through the output layer where the forward has ``logits_to_keep``:
+    (cache, logits [n, V] float32 predicting each row's next token, attention mask [n, L], position ids [n, L - p])."""
     device = device_of(model)
     n = len(rows)
     past = copy.deepcopy(prefix)
@@ -176,7 +175,17 @@ def _chunk(model, prefix, p: int, rows: list[list[int]], answers: list[list[int]
     pos = p + positions(smask)
     out = model(input_ids=suffix, attention_mask=attn, position_ids=pos, use_cache=True,
                 **{_cache_kw(model): past}, **({"logits_to_keep": 1} if keep else {}))
-    past, logits = _cache_of(out), out.logits[:, -1].float()
+    return _cache_of(out), out.logits[:, -1].float(), attn, pos
+
+
+def _chunk(model, prefix, p: int, rows: list[list[int]], answers: list[list[int]], max_new_tokens: int, eos_id: int,
+           pad_id: int, keep: bool, want_logits: bool = False
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One batch on a copy of the shared prefix's cache: prefill, teacher-forced answer, greedy decode;
+    (completions, mask, answer score, the decode loop's logits [n, T, V] where ``want_logits``)."""
+    device = device_of(model)
+    n = len(rows)
+    past, logits, attn, pos = _prefill(model, prefix, p, rows, pad_id, keep)
     length = attn.shape[1]
     ans, amask = _right_pad(answers, pad_id)
     ans, amask = ans.to(device), amask.to(device)
@@ -215,23 +224,14 @@ def completion_logits_on_prefix(model, prefix, p: int, rows: list[list[int]], co
     batched matmul takes on a slow path.)"""
     device = device_of(model)
     n, t = completions.shape
-    past = copy.deepcopy(prefix)
-    if n > 1:
-        past.batch_repeat_interleave(n)
-    suffix, smask = _left_pad([r[p:] for r in rows], pad_id)
-    suffix, smask = suffix.to(device), smask.to(device)
-    attn = torch.cat([torch.ones(n, p, dtype=torch.long, device=device), smask], 1)
-    pos = p + positions(smask)
-    keep = _supports_cache(model)[1]
-    out = model(input_ids=suffix, attention_mask=attn, position_ids=pos, use_cache=True,
-                **{_cache_kw(model): past}, **({"logits_to_keep": 1} if keep else {}))
-    first = out.logits[:, -1:].float()
+    past, logits, attn, pos = _prefill(model, prefix, p, rows, pad_id, _supports_cache(model)[1])
+    first = logits[:, None]
     if t <= 1:
         return first
     rest = model(input_ids=completions[:, :-1].to(device),
                  attention_mask=torch.cat([attn, torch.ones(n, t - 1, dtype=torch.long, device=device)], 1),
                  position_ids=pos[:, -1:] + 1 + torch.arange(t - 1, device=device)[None, :], use_cache=True,
-                 **{_cache_kw(model): _cache_of(out)})
+                 **{_cache_kw(model): past})
     return torch.cat([first, rest.logits.float()], 1)
 
 
