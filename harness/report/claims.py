@@ -151,6 +151,10 @@ SPECS = [
               f"per-seed final accuracy of HiLo with this compressor / same seed's full sync; met when the whole "
               f"{INTERVAL} is > 0.98 (non-inferiority)", H.hilo_other_compressors, test="non-inferiority",
               equivalence=True),
+    ClaimSpec("HiLo (compressors)", "Spar beats another compressor at the same budget", "accuracy difference", 0.0,
+              ">=", f"per-seed final accuracy of HiLo + Spar minus HiLo with this compressor (same seed, rate, rank and "
+              f"budget); met when the whole {INTERVAL} is > 0 (Spar is better), not met when it is < 0",
+              H.hilo_spar_vs_compressors, test="superiority"),
     ClaimSpec("SPRA-LoRA", "uplink <= 50% of FedIT", "uplink_frac_vs_fedit", SPRA_UPLINK, "<=",
               f"per-seed uplink bytes/round over the same seed's FedIT; met when the whole {INTERVAL} is < 0.5",
               S.spra_uplink, "per round (mean over the run)"),

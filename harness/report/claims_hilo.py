@@ -193,6 +193,30 @@ def hilo_other_compressors(tables: Tables) -> Found:
                            pairs=_pairs(tables, r, full))
 
 
+def hilo_spar_vs_compressors(tables: Tables) -> Found:
+    """HiLo + Spar against HiLo with each other compressor that ran at Spar's claimed budget (1.6%), at the
+    same rate, training rank and horizon: the per-seed final accuracy of Spar minus the other's, paired
+    prompt by prompt where the records allow."""
+    for label, spar, t in _spar_configs(tables):
+        budget = spar["budget_frac"].dropna()
+        mine = _scored(spar)
+        for comp in sorted(set(t.loc[t["method"] == "hilo", "compressor"].astype(str)) - {"spar"}):
+            others = _hilo_with(t, comp)
+            if len(budget):
+                others = others[np.isclose(others["budget_frac"].astype(float), float(budget.iloc[0]))]
+            for _, o in _horizons(others).iterrows():
+                same = mine[(mine["rate_mbit"] == o["rate_mbit"]) & (mine["ref_rank"] == o["ref_rank"])
+                            & _same_horizon(mine, o)]
+                if same.empty:
+                    continue
+                r = same.iloc[0]
+                per_seed = diff(values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality"),
+                                values(tables.hilo_runs, o, ONPOLICY_KEYS, "quality"))
+                yield Line(_where(label, r, f"HiLo + {comp} ({o['variant']})"), per_seed,
+                           f"HiLo + Spar at {r['budget_frac']:.2%} minus HiLo + {comp} at {o['budget_frac']:.2%}",
+                           equal_updates(tables, r, o, ("Spar", comp)), pairs=_pairs(tables, r, o), op="diff")
+
+
 def hilo_equal_time(tables: Tables) -> Found:
     """Quality at equal wall-clock time: HiLo's over full sync's, each read at its last evaluation at or
     before the time the faster finishes, per rate."""
