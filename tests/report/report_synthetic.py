@@ -245,3 +245,33 @@ def make_seeded_results(root: Path) -> Path:
                         {seed: acc})
                 write_federated(root, "spra_seeds", "tc", spec, seed, optimizer=optimizer)
     return root
+
+
+def hilo_claim_rows(runs: dict, scenario: str, task: str, updates: int) -> pd.DataFrame:
+    """Learner and worker rows of hand-built on-policy runs, the final accuracy at the last of ``updates``:
+    ``runs`` maps variant -> (method, compressor, allocation, budget_frac, update_s, {seed: final accuracy})."""
+    lines = []
+    for variant, (method, comp, alloc, budget, update_s, seeds) in runs.items():
+        for seed, acc in seeds.items():
+            for step in range(updates):
+                common = dict(kind="onpolicy", run_id=f"{variant}-s{seed}", step=step, scenario=scenario,
+                              backend="tc", variant=variant, method=method, compressor=comp, task=task,
+                              rate_mbit=10.0, delay_ms=0.0, rank=64, ref_rank=64, staleness=0, seed=seed,
+                              allocation=alloc, budget_frac=budget)
+                last = step == updates - 1
+                lines.append({**common, "role": "learner", "update_s": update_s, "payload_bytes_down": 1000.0,
+                              "accuracy": acc if last else float("nan")})
+                lines.append({**common, "role": "worker0"})
+    return pd.DataFrame(lines)
+
+
+def hilo_claims(rows: pd.DataFrame, specs: list) -> pd.DataFrame:
+    """The claims frame of ``specs`` judged on the on-policy ``rows`` alone."""
+    from harness.report.claims import claims_frame
+    from harness.report.metrics import onpolicy_runs, onpolicy_table
+    from harness.report.tables import Tables, hilo_table
+
+    runs = onpolicy_runs(rows)
+    empty = pd.DataFrame()
+    tables = Tables(hilo=hilo_table(onpolicy_table(runs=runs)), spra=empty, sweep=empty, backends=empty, hilo_runs=runs)
+    return claims_frame(tables, specs)
