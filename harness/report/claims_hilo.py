@@ -177,20 +177,27 @@ def hilo_objective(tables: Tables) -> Found:
                        equal_updates(tables, r, full), pairs=pairs, column=OBJECTIVE)
 
 
+def _other_compressors(spar: pd.DataFrame, t: pd.DataFrame) -> Iterator[tuple[str, pd.Series]]:
+    """(compressor, configuration) of HiLo with every compressor but Spar that ran at Spar's budget
+    (``spar``: its configurations at the claim's budget), one per training rank and horizon."""
+    budget = spar["budget_frac"].dropna()
+    for comp in sorted(set(t.loc[t["method"] == "hilo", "compressor"].astype(str)) - {"spar"}):
+        others = _hilo_with(t, comp)
+        if len(budget):
+            others = others[np.isclose(others["budget_frac"].astype(float), float(budget.iloc[0]))]
+        for _, r in _horizons(others).iterrows():
+            yield comp, r
+
+
 def hilo_other_compressors(tables: Tables) -> Found:
     """HiLo with every other compressor that ran at Spar's claimed budget (1.6%), against full sync."""
     for label, spar, t in _spar_configs(tables):
-        budget = spar["budget_frac"].dropna()
-        for comp in sorted(set(t.loc[t["method"] == "hilo", "compressor"].astype(str)) - {"spar"}):
-            others = _hilo_with(t, comp)
-            if len(budget):
-                others = others[np.isclose(others["budget_frac"].astype(float), float(budget.iloc[0]))]
-            for _, r in _horizons(others).iterrows():
-                full = _baseline(t, r)
-                yield Line(_where(label, r).then(f", compressor {comp}"),
-                           values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained"),
-                           f"HiLo + {comp} at {r['budget_frac']:.2%}", equal_updates(tables, r, full, (comp, "full sync")),
-                           pairs=_pairs(tables, r, full))
+        for comp, r in _other_compressors(spar, t):
+            full = _baseline(t, r)
+            yield Line(_where(label, r).then(f", compressor {comp}"),
+                       values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality_retained"),
+                       f"HiLo + {comp} at {r['budget_frac']:.2%}", equal_updates(tables, r, full, (comp, "full sync")),
+                       pairs=_pairs(tables, r, full))
 
 
 def hilo_spar_vs_compressors(tables: Tables) -> Found:
@@ -198,23 +205,18 @@ def hilo_spar_vs_compressors(tables: Tables) -> Found:
     same rate, training rank and horizon: the per-seed final accuracy of Spar minus the other's, paired
     prompt by prompt where the records allow."""
     for label, spar, t in _spar_configs(tables):
-        budget = spar["budget_frac"].dropna()
         mine = _scored(spar)
-        for comp in sorted(set(t.loc[t["method"] == "hilo", "compressor"].astype(str)) - {"spar"}):
-            others = _hilo_with(t, comp)
-            if len(budget):
-                others = others[np.isclose(others["budget_frac"].astype(float), float(budget.iloc[0]))]
-            for _, o in _horizons(others).iterrows():
-                same = mine[(mine["rate_mbit"] == o["rate_mbit"]) & (mine["ref_rank"] == o["ref_rank"])
-                            & _same_horizon(mine, o)]
-                if same.empty:
-                    continue
-                r = same.iloc[0]
-                per_seed = diff(values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality"),
-                                values(tables.hilo_runs, o, ONPOLICY_KEYS, "quality"))
-                yield Line(_where(label, r, f"HiLo + {comp} ({o['variant']})"), per_seed,
-                           f"HiLo + Spar at {r['budget_frac']:.2%} minus HiLo + {comp} at {o['budget_frac']:.2%}",
-                           equal_updates(tables, r, o, ("Spar", comp)), pairs=_pairs(tables, r, o), op="diff")
+        for comp, o in _other_compressors(spar, t):
+            same = mine[(mine["rate_mbit"] == o["rate_mbit"]) & (mine["ref_rank"] == o["ref_rank"])
+                        & _same_horizon(mine, o)]
+            if same.empty:
+                continue
+            r = same.iloc[0]
+            per_seed = diff(values(tables.hilo_runs, r, ONPOLICY_KEYS, "quality"),
+                            values(tables.hilo_runs, o, ONPOLICY_KEYS, "quality"))
+            yield Line(_where(label, r, f"HiLo + {comp} ({o['variant']})"), per_seed,
+                       f"HiLo + Spar at {r['budget_frac']:.2%} minus HiLo + {comp} at {o['budget_frac']:.2%}",
+                       equal_updates(tables, r, o, ("Spar", comp)), pairs=_pairs(tables, r, o), op="diff")
 
 
 def hilo_equal_time(tables: Tables) -> Found:
