@@ -144,8 +144,9 @@ REPORT_SPRA_REAL = Step("report_spra_real", (PY, "-m", "harness.report", "--resu
                         "spra_real's tables, claims and plots from results/spra_real/runs (its 25 runs, all or none)")
 REAL_BYTES = Step("real_bytes", (PY, "-m", "harness", "scenario=hilo_real_bytes", REAL_BYTES_RUNS, THREE_SEEDS),
                   "hilo_real's compressors at equal bytes: HiLo+Spar at low-rank r=1's 6.25% beside low-rank r=1, "
-                  "with full sync and HiLo+Spar at 1.6% (hilo_real's variants) and HiLo+PowerSGD at 1.6%, 32 updates, "
-                  "512 held-out prompts, 3 seeds (docs/onpolicy.md \"hilo_real at equal bytes\"; ~2 h alone); its runs go to "
+                  "with full sync and HiLo+Spar at 1.6% (hilo_real's variants) and HiLo+PowerSGD and HiLo+top-k at 1.6%, "
+                  "32 updates, 512 held-out prompts, 3 seeds (docs/onpolicy.md \"hilo_real at equal bytes\"; ~2.5-3 h "
+                  "alone); its runs go to "
                   "results/real_bytes/runs, whose records are committed (complete runs are skipped)")
 REPORT_REAL_BYTES = Step("report_real_bytes", (PY, "-m", "harness.report", "--results", REAL_BYTES_RESULTS,
                                                "--reference"),
