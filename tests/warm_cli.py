@@ -26,6 +26,7 @@ one-line errors of the real command, the installed entry point) call ``subproces
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import signal
@@ -36,7 +37,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
-from harness.cluster.spawn import ForkedProcess
+from harness.cluster.spawn import ForkedProcess, enter_netns
+from netem.names import NETNS_DIR
 
 EXEC_ENV = "NARROWBAND_TEST_EXEC"
 PIPE, DEVNULL, STDOUT = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT
@@ -97,15 +99,18 @@ class Forked(ForkedProcess):
 
 def popen(module: str, args: Sequence[str], *, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
           stdin: Any = DEVNULL, stdout: Any = None, stderr: Any = None, text: bool = False,
-          start_new_session: bool = False) -> "Forked | subprocess.Popen":
+          start_new_session: bool = False, netns: str | None = None) -> "Forked | subprocess.Popen":
     """Start ``python -m MODULE ARGS``: forked from this process, or a fresh interpreter with
     $NARROWBAND_TEST_EXEC. ``stdin/stdout/stderr`` take what subprocess.Popen takes (None, PIPE,
-    DEVNULL, STDOUT for stderr, a file object or an fd)."""
+    DEVNULL, STDOUT for stderr, a file object or an fd). ``netns``: run it in that network namespace
+    (netem.names.NETNS_DIR/NETNS) and only that one, as ``nsenter --net=...`` does: the child enters it
+    with setns(2), a fresh interpreter runs under nsenter."""
     argv = [sys.executable, "-m", module, *args]
     environ = dict(os.environ if env is None else env)
     if not forking():
-        return subprocess.Popen(argv, cwd=cwd, env=environ, stdin=stdin, stdout=stdout, stderr=stderr, text=text,
-                                start_new_session=start_new_session)
+        prefix = [] if netns is None else ["nsenter", f"--net={NETNS_DIR / netns}"]
+        return subprocess.Popen([*prefix, *argv], cwd=cwd, env=environ, stdin=stdin, stdout=stdout, stderr=stderr,
+                                text=text, start_new_session=start_new_session)
     fds, parent_ends, child_ends = {}, {}, []
     for fd, how in ((0, stdin), (1, stdout), (2, stderr)):
         if how is PIPE:
@@ -125,7 +130,8 @@ def popen(module: str, args: Sequence[str], *, cwd: str | Path | None = None, en
         f.flush()
     pid = os.fork()
     if pid == 0:
-        _child(module, argv, environ, cwd, fds, start_new_session, [*child_ends, *parent_ends.values()])  # never returns
+        _child(module, argv, environ, cwd, fds, start_new_session, [*child_ends, *parent_ends.values()],
+               netns)  # never returns
     for fd in child_ends:
         os.close(fd)
 
@@ -155,12 +161,14 @@ def run(module: str, args: Sequence[str], *, capture_output: bool = False, text:
 
 
 def _child(module: str, argv: list[str], env: dict[str, str], cwd: str | Path | None, fds: dict[int, int],
-           new_session: bool, extra: Sequence[int]) -> None:
+           new_session: bool, extra: Sequence[int], netns: str | None = None) -> None:
     """In the forked child: become what ``python -m MODULE`` would be, run it, exit with its status."""
     code = 1
     try:
         if new_session:
             os.setsid()
+        if netns is not None:                                # what a role's fork does (harness.cluster.spawn)
+            enter_netns(ctypes.CDLL("libc.so.6", use_errno=True), netns)
         for fd in (0, 1, 2):
             target = 1 if fds[fd] == -1 else fds[fd]        # -1: stderr onto the stdout just set
             if target != fd:

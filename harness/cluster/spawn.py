@@ -188,7 +188,7 @@ def _child(parent: int, argv: list[str], env: dict[str, str], log_path: Path, be
     private_tqdm_lock()
     _redirect(log_path, keep=beat_fd)
     if netns is not None:
-        _enter(libc, netns)
+        enter_netns(libc, netns)
     os.environ.clear()
     os.environ.update(env)
     name = f"nb:{env.get('NARROWBAND_ROLE', 'role')}"[:15].encode()
@@ -243,7 +243,8 @@ def _redirect(log_path: Path, keep: int) -> None:
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
 
 
-def _enter(libc, netns: str) -> None:
+def enter_netns(libc, netns: str) -> None:
+    """Move this thread into network namespace NETNS_DIR/netns (setns(2)); the mount namespace stays."""
     path = NETNS_DIR / netns
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from contextlib import contextmanager
 
+import warm_cli
+
 from netem.names import NETNS_DIR
 from netem.topology import NodeSpec, StarTopology
 
@@ -21,3 +23,10 @@ def stand_in_hosts(count: int):
 def in_host(hosts: StarTopology, index: int, argv: list[str], **popen) -> subprocess.Popen:
     """Start ``argv`` inside host ``index``'s network namespace, as an agent runs on a real host."""
     return subprocess.Popen(["nsenter", f"--net={NETNS_DIR / hosts.nodes[f'h{index}'].netns}", *argv], **popen)
+
+
+def module_in_host(hosts: StarTopology, index: int, module: str, args: list[str], **popen):
+    """``python -m MODULE ARGS`` inside host ``index``'s network namespace: forked from the warm test process
+    and moved in by setns(2) (tests/warm_cli.py; a fresh interpreter under nsenter with $NARROWBAND_TEST_EXEC),
+    so each agent skips the ~5 CPU-s import of torch, transformers and peft that a fresh one pays."""
+    return warm_cli.popen(module, args, netns=hosts.nodes[f"h{index}"].netns, **popen)

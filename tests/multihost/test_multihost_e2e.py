@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost_hosts import in_host, stand_in_hosts
+from multihost_hosts import module_in_host, stand_in_hosts
 from netem.names import list_ours
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,9 +41,9 @@ def _agents(hosts, args: list[str], out: Path, ranks=(0, 1, 2), **env) -> list[s
                    "MASTER_ADDR": hosts.nodes["h0"].addr, "NARROWBAND_CONNECT_TIMEOUT_S": "180",
                    "NARROWBAND_SECRET_FILE": str(secret_file(out)), **env}
         log = open(out / f"agent{i}.log", "w")
-        procs.append(in_host(hosts, i, [sys.executable, "-m", "harness.commands.node", *args, "placement.source=slurm",
-                                        f"out_dir={out / 'multi'}", "progress=false"],
-                             env=environ, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        procs.append(module_in_host(hosts, i, "harness.commands.node",
+                                    [*args, "placement.source=slurm", f"out_dir={out / 'multi'}", "progress=false"],
+                                    env=environ, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
     return procs
 
 
