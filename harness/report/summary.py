@@ -20,8 +20,8 @@ from harness.report.plots import PlotLog, short_module_name
 from harness.report.stats import Summary, cell
 from harness.report.style import label
 from harness.report.textfmt import (DASH, claim_note, claim_text, claim_value, fmt_bytes, fmt_num, fmt_pct, fmt_q,
-                                    fmt_rate, fmt_s, fmt_x, is_nan, markdown_table, power_text, short_reason, stat,
-                                    supported_decimals)
+                                    fmt_rate, fmt_s, fmt_x, in_run_paths, is_nan, markdown_table, power_text, short_reason,
+                                    stat, supported_decimals)
 from harness.report.tables import Tables, snr_slopes
 
 
@@ -506,7 +506,8 @@ def runs_section(coll: Collection) -> list[str]:
                                      ("status", "status", str), ("runs", "runs", str)]), ""]
     if coll.excluded:
         out += ["Left out of every table (not `ok`):", ""]
-        out += [f"- `{r.scenario}/{r.run_id}`: {r.status}{(' - ' + short_reason(r.reason)) if r.reason else ''}"
+        out += [f"- `{r.scenario}/{r.run_id}`: {r.status}"
+                f"{(' - ' + short_reason(in_run_paths(r.reason, r.run_id))) if r.reason else ''}"
                 for r in coll.excluded] + [""]
     commits = sorted({f"{r.meta.get('git_commit') or 'unknown'}{' (dirty)' if r.meta.get('git_dirty') else ''}"
                       for r in coll.ok_runs})

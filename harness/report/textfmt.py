@@ -134,6 +134,14 @@ def short_reason(reason: str) -> str:
     return " … ".join([lines[0], lines[-1]]) if len(lines) > 2 else " ".join(lines)
 
 
+def in_run_paths(reason: str, run_id: str) -> str:
+    """``reason`` with the absolute paths into run ``run_id`` (or the attempt it was moved aside from)
+    cut to the part inside the run's folder: ``/any/where/runs/<scenario>/<id>/logs/w.log`` reads
+    ``logs/w.log``, the same on every machine the committed summary is rebuilt on."""
+    stem = re.escape(run_id.split(".attempt", 1)[0])
+    return re.sub(rf"(?<![\w.-])/\S*?/{stem}(?:\.attempt\d+)?/", "", str(reason))
+
+
 def markdown_table(frame: pd.DataFrame, columns: list[tuple[str, str, Callable]]) -> str:
     """Render ``frame`` with (header, column, formatter) triples; numbers right-aligned."""
     head = "| " + " | ".join(h for h, _, _ in columns) + " |"

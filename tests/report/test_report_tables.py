@@ -9,7 +9,7 @@ import pytest
 
 from harness.report import build_tables, collect, write_tables
 from harness.report.metrics import time_to_target
-from harness.report.textfmt import fmt_bytes
+from harness.report.textfmt import fmt_bytes, in_run_paths
 from harness.report.tables import HILO_COLUMNS, SPRA_COLUMNS, SWEEP_COLUMNS
 from report_synthetic import EXPECTED, FULL_BYTES, ONPOLICY, VERDICT, write_onpolicy
 
@@ -221,3 +221,16 @@ def test_federated_ratios_are_taken_against_the_reference_each_run_recorded(tmp_
     spra = build_tables(collect(tmp_path)).spra.set_index("variant")
     assert spra.loc["spra", "uplink_frac_vs_fedit"] == pytest.approx(1.0)
     assert spra.loc["spra", "compute_frac_vs_fedit"] == pytest.approx(1.0)
+
+
+def test_a_failed_runs_paths_are_read_inside_its_folder():
+    """The summary is committed and rebuilt on other machines: a reason's absolute path into the run (or
+    the attempt it was moved aside from) reads from the run's folder; other paths stay as they are."""
+    run = "full_sync_10mbit-s0-a7e57d4c.attempt1"
+    reason = ("role worker0 exited with code 1; last lines of /tmp/x/results/runs/hilo_real/full_sync_10mbit-s0-a7e57d4c"
+              ".attempt1/logs/worker0.log: … RuntimeError: [/__w/pytorch/gloo/tcp/unbound_buffer.cc:78] timed out")
+    assert in_run_paths(reason, run) == ("role worker0 exited with code 1; last lines of logs/worker0.log: … "
+                                         "RuntimeError: [/__w/pytorch/gloo/tcp/unbound_buffer.cc:78] timed out")
+    assert in_run_paths("see /r/runs/s/full_sync_10mbit-s0-a7e57d4c/logs/a.log", run) == "see logs/a.log"
+    other = "see /r/runs/s/full_sync_10mbit-s0-a7e57d4c9/logs/a.log"       # another run's folder stays whole
+    assert in_run_paths(other, run) == other
