@@ -20,8 +20,8 @@ from harness.report.plots import PlotLog, short_module_name
 from harness.report.stats import Summary, cell
 from harness.report.style import label
 from harness.report.textfmt import (DASH, claim_note, claim_text, claim_value, fmt_bytes, fmt_num, fmt_pct, fmt_q,
-                                    fmt_rate, fmt_s, fmt_x, in_run_paths, is_nan, markdown_table, power_text, short_reason,
-                                    stat, supported_decimals)
+                                    fmt_rate, fmt_s, fmt_x, in_run_paths, is_nan, markdown_table, power_text,
+                                    short_reason, stat, supported_decimals)
 from harness.report.tables import Tables, snr_slopes
 
 

@@ -227,8 +227,9 @@ def test_a_failed_runs_paths_are_read_inside_its_folder():
     """The summary is committed and rebuilt on other machines: a reason's absolute path into the run (or
     the attempt it was moved aside from) reads from the run's folder; other paths stay as they are."""
     run = "full_sync_10mbit-s0-a7e57d4c.attempt1"
-    reason = ("role worker0 exited with code 1; last lines of /tmp/x/results/runs/hilo_real/full_sync_10mbit-s0-a7e57d4c"
-              ".attempt1/logs/worker0.log: … RuntimeError: [/__w/pytorch/gloo/tcp/unbound_buffer.cc:78] timed out")
+    reason = ("role worker0 exited with code 1; last lines of /tmp/x/results/runs/hilo_real/"
+              "full_sync_10mbit-s0-a7e57d4c.attempt1/logs/worker0.log: … "
+              "RuntimeError: [/__w/pytorch/gloo/tcp/unbound_buffer.cc:78] timed out")
     assert in_run_paths(reason, run) == ("role worker0 exited with code 1; last lines of logs/worker0.log: … "
                                          "RuntimeError: [/__w/pytorch/gloo/tcp/unbound_buffer.cc:78] timed out")
     assert in_run_paths("see /r/runs/s/full_sync_10mbit-s0-a7e57d4c/logs/a.log", run) == "see logs/a.log"
