@@ -72,7 +72,9 @@ FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit
 
 
 def _format(statistic: str) -> tuple[str, str, float]:
-    return FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
+    """A difference of two accuracies ('accuracy - baseline accuracy', 'accuracy difference') reads in points."""
+    is_difference = " - " in statistic or statistic.endswith("difference")
+    return FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if is_difference else ("{:.2f}", "%", 100.0))
 
 
 def claim_value(statistic: str, v: float, decimals: int | None = None) -> str:
