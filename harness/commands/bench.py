@@ -90,6 +90,7 @@ HILO_REAL_TIMING = "patch_10mbit,full_sync_5mbit,hilo_spar_5mbit,patch_5mbit"
 DISTILL_REAL_MAIN = "full_sync_10mbit,hilo_spar_10mbit"
 POWERED_SEEDS = "seeds=[0,1,2,3,4]"                               # python -m harness.power on the 3-seed pilot
 OBJECTIVE_SEEDS = "seeds=[0,1,2,3,4,5,6,7,8,9,10]"                # ... on the 5-seed one: the distillation objective
+COMPRESSOR_SEEDS = "seeds=[0,1,2,3,4,5,6,7,8,9,10,11]"           # ... on real_bytes' 3-seed one: Spar vs PowerSGD
 STEPS = (
     NETEM_CHECK,
     Step("hilo_real", (PY, "-m", "harness", "scenario=hilo_real", REAL_RUNS, THREE_SEEDS, f"only=[{HILO_REAL_MAIN}]"),
@@ -189,6 +190,11 @@ REAL_POWERED = (
 OPTIONAL = REAL_POWERED + (
     SPRA_REAL,
     REAL_BYTES,
+    Step("real_bytes_powered", (PY, "-m", "harness", "scenario=hilo_real_bytes", REAL_BYTES_RUNS, COMPRESSOR_SEEDS,
+                                "only=[hilo_spar_10mbit,hilo_powersgd_10mbit]"),
+         "HiLo + Spar and HiLo + PowerSGD at 1.6% on hilo_real_bytes at 12 seeds: the count the power analysis of "
+         "the 3-seed run gives for 'Spar beats PowerSGD' (80% power toward 'not met', fixed before seeds 3-11 ran); "
+         "seeds 0-2 resume from the real_bytes step; ~12-15 min a run alone"),
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS, f"only=[{FRONTIER}]"),
          "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),
     Step("overlap", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS,
