@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from harness.report.headline import headline, setting
 from harness.report.claims import SPECS
+from harness.report.headline import headline, setting
 from harness.report.textfmt import claim_text, supported_decimals
 
 
@@ -80,10 +80,10 @@ def test_estimates_keep_two_significant_digits_of_their_half_width(statistic, es
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if " minus " in s.rule], ids=lambda s: s.statistic)
 def test_a_difference_of_accuracies_reads_in_points_not_percent(spec):
-    """Spar minus PowerSGD at -0.0555 is 5.6 points of accuracy, not a 5.6% change."""
-    row = pd.Series({"statistic": spec.statistic, "estimate": -0.0555, "ci_low": -0.108, "ci_high": -0.003,
+    """Spar minus PowerSGD at -0.056 is 5.6 points of accuracy behind, not a 5.6% change."""
+    row = pd.Series({"statistic": spec.statistic, "estimate": -0.056, "ci_low": -0.108, "ci_high": -0.003,
                      "n_seeds": 12})
-    assert claim_text(row) == "-5.5 pt [-10.8 pt, -0.3 pt] (n=12)", (spec.statistic, claim_text(row))
+    assert claim_text(row) == "-5.6 pt [-10.8 pt, -0.3 pt] (n=12)", (spec.statistic, claim_text(row))
 
 
 def test_a_zero_width_or_missing_interval_keeps_the_default_digits():
