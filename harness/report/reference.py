@@ -103,16 +103,20 @@ def select_reference(coll: Collection, manifest: Manifest) -> Collection:
         if best is None or str(run.meta.get("started", "")) >= str(best.meta.get("started", "")):
             chosen[key] = run
     missing: dict[str, list[str]] = {}
+    optional_lack = False
     for scenario, variant, seeds, optional in manifest.groups():
         lack = [s for s in seeds if (scenario, variant, s) not in chosen]
         if lack and not (optional and len(lack) == len(seeds)):
             missing.setdefault(scenario, []).extend(f"{variant} seed {s}" for s in lack)
+            optional_lack = optional_lack or optional
     problems = [f"{sc}: {len(m)} runs missing or not ok ({', '.join(m[:3])}{', ...' if len(m) > 3 else ''})"
                 for sc, m in missing.items()]
     if problems:
         raise ConfigError(f"--reference: the runs under {coll.results_dir / 'runs'} are not a complete reference: "
-                          + "; ".join(problems) + f". Run {manifest.rebuild} (it resumes), or report into outputs/ "
-                          "without --reference")
+                          + "; ".join(problems) + f". Run {manifest.rebuild} (it resumes)"
+                          + (" and, for an optional variant begun and not finished, the optional bench step that lists "
+                             "it (python -m harness.bench --only NAME; docs/bench.md)" if optional_lack else "")
+                          + ", or report into outputs/ without --reference")
     keep = {id(r) for r in chosen.values()}
     for run in coll.runs:
         if id(run) in keep or not run.ok:

@@ -37,7 +37,7 @@ def test_reference_needs_every_listed_run(small_results, tmp_path, capsys):
     before = _files(ref)
     assert main(["--results", str(ref), "--reference", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "full_sync seed 1" in err and "1 runs missing" in err
+    assert "full_sync seed 1" in err and "1 runs missing" in err and "optional" not in err
     assert _files(ref) == before
 
 
@@ -46,7 +46,8 @@ def test_an_optional_variant_is_all_seeds_or_none(small_results, tmp_path, capsy
     (ref / MARKER).write_text(json.dumps({"runs": {"hilo_distill": {"full_sync": [0]}},
                                           "optional": {"spra_federated": {"fedit": [0, 1]}}}))
     assert main(["--results", str(ref), "--reference", "--no-progress"]) == 2
-    assert "fedit seed 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "fedit seed 1" in err and "the optional bench step" in err and "--only NAME" in err
     (ref / MARKER).write_text(json.dumps({"runs": {"hilo_distill": {"full_sync": [0]}},
                                           "optional": {"spra_federated": {"absent_variant": [0, 1]}}}))
     assert main(["--results", str(ref), "--reference", "--no-progress"]) == 0
