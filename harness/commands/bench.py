@@ -194,7 +194,7 @@ OPTIONAL = REAL_POWERED + (
                                 "only=[hilo_spar_10mbit,hilo_powersgd_10mbit]"),
          "HiLo + Spar and HiLo + PowerSGD at 1.6% on hilo_real_bytes at 12 seeds: the count the power analysis of "
          "the 3-seed run gives for 'Spar beats PowerSGD' (80% power toward 'not met', fixed before seeds 3-11 ran); "
-         "seeds 0-2 resume from the real_bytes step; ~12-15 min a run alone"),
+         "seeds 0-2 resume from the real_bytes step; 6-13 min a run alone on 2 cores, 2026-12-07"),
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS, f"only=[{FRONTIER}]"),
          "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),
     Step("overlap", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS,
