@@ -68,13 +68,12 @@ def stat(column: str, fmt: str = "{:.3f}", unit: str = "", scale: float = 1.0) -
 
 
 FORMATS = {"speedup": ("{:.2f}", "×", 1.0), "crossover_mbit": ("{:.3g}", " Mbit/s", 1.0),
-           "bytes_frac": ("{:.4f}", "%", 100.0), "bytes_frac_max": ("{:.3f}", "%", 100.0)}   # bytes sit near a budget
+           "bytes_frac": ("{:.4f}", "%", 100.0), "bytes_frac_max": ("{:.3f}", "%", 100.0),   # bytes sit near a budget
+           "accuracy difference": ("{:.1f}", " pt", 100.0)}       # Spar minus another compressor, the ablations
 
 
 def _format(statistic: str) -> tuple[str, str, float]:
-    """A difference of two accuracies ('accuracy - baseline accuracy', 'accuracy difference') reads in points."""
-    is_difference = " - " in statistic or statistic.endswith("difference")
-    return FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if is_difference else ("{:.2f}", "%", 100.0))
+    return FORMATS.get(statistic, ("{:.1f}", " pt", 100.0) if " - " in statistic else ("{:.2f}", "%", 100.0))
 
 
 def claim_value(statistic: str, v: float, decimals: int | None = None) -> str:
