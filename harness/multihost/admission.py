@@ -136,13 +136,15 @@ class Door:
                 self.lines[hello["rank"]] = line
                 return
         if twice:
-            line.send({"op": "error", "message": f"host {hello['host']}: node rank {hello['rank']} connected twice"})
             self._note(peer, f"node rank {hello['rank']} connected twice")
+            line.send({"op": "error", "message": f"host {hello['host']}: node rank {hello['rank']} connected twice"})
         line.close()
 
     def _refused(self, sock: socket.socket, peer: str, why: str) -> None:
-        refuse(sock, why)
+        # noted before the peer is told: whoever sees the door close on a peer (the peer itself, a test, the
+        # line naming a host that never came) finds the refusal already in ``refused``
         self._note(peer, why)
+        refuse(sock, why)
 
     def _note(self, peer: str, why: str) -> None:
         with self._lock:
