@@ -30,6 +30,20 @@ def test_every_scenario_and_variant_composes_and_validates(scenario):
     assert len(ids) == len(variants), "two variants resolve to the same run"
 
 
+@pytest.mark.parametrize("scenario", [s for s in scenario_names() if s.endswith("_bytes")])
+def test_an_equal_bytes_scenario_runs_its_base_scenarios_variants_unchanged(scenario):
+    """X_bytes copies X's settings (its header says so): a variant both name must be the same run, the same id,
+    so that a seed gives X's trajectory and the records of both agree (docs/onpolicy.md)."""
+    base = scenario.removesuffix("_bytes")
+    tables = {s: dict(compose_config([f"scenario={s}"]).variants) for s in (scenario, base)}
+    shared = sorted(set(tables[scenario]) & set(tables[base]))
+    assert shared, f"{scenario} shares no variant with {base}"
+    for name in shared:
+        ids = {s: run_id_of(compose_config(merge_overrides([f"scenario={s}"], list(table[name]))), name)
+               for s, table in tables.items()}
+        assert ids[scenario] == ids[base], f"{scenario}.{name} drifted from {base}.{name}: {ids}"
+
+
 def test_scenario_files_open_with_what_command_and_expectation():
     from harness.paths import scenarios_root
 
